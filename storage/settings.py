@@ -1,0 +1,41 @@
+"""dlaas configuration, read from `DLAAS_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DLAAS_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".dlaas")
+    database_url: str = ""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+
+    object_store: Literal["local", "s3"] = "local"
+    objects_dir: Path | None = None
+    s3_endpoint_url: str | None = None
+    s3_bucket: str = "dlaas"
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    s3_region: str = "us-east-1"
+
+    cluster_backend: Literal["local", "kubernetes"] = "local"
+    agent_url: str = "http://127.0.0.1:8471"
+
+    max_archive_bytes: int = 256 * 1024 * 1024
+    max_archive_files: int = 10_000
+    max_archive_unpacked_bytes: int = 2 * 1024 * 1024 * 1024
+    max_compression_ratio: float = 200.0
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite+aiosqlite:///{self.home / 'dlaas.db'}"
+        if self.objects_dir is None:
+            self.objects_dir = self.home / "objects"
+        return self
