@@ -1,0 +1,90 @@
+"""The job state machine: one transition table, pure functions over it.
+
+```
+            +---------+   deploy    +-----------+  learners fetch  +-------------+
+ submit --> | QUEUED  | ----------> | DEPLOYING | ---------------> | DOWNLOADING |
+            +---------+             +-----------+                  +-------------+
+              ^   |                       |                               |
+       resume |   | halt                  +--------------+----------------+
+              |   v                                      v
+            +---------+     halt      +---------+  exit 0 on all  +---------+     +-----------+
+            | HALTED  | <------------ | RUNNING | --------------> | STORING | --> | COMPLETED |
+            +---------+               +---------+                 +---------+     +-----------+
+                                       |  ^   |
+                    learner died       |  |   | resize
+                    (restarts left)    v  |   v
+                                 +------------+  +-----------+
+                                 | RECOVERING |  | RESCALING |
+                                 +------------+  +-----------+
+   any non-final state --(unrecoverable error / restarts exhausted)--> FAILED
+```
+
+COMPLETED and FAILED are final. The lifecycle manager applies a transition with a
+conditional update (`WHERE state IN predecessors(target)`), so two workers racing on
+the same job cannot both win.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "QUEUED"
+    DEPLOYING = "DEPLOYING"
+    DOWNLOADING = "DOWNLOADING"
+    RUNNING = "RUNNING"
+    STORING = "STORING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    HALTED = "HALTED"
+    RECOVERING = "RECOVERING"
+    RESCALING = "RESCALING"
+
+
+S = JobState
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.QUEUED: frozenset({S.DEPLOYING, S.HALTED, S.FAILED}),
+    S.DEPLOYING: frozenset(
+        {S.DOWNLOADING, S.RUNNING, S.STORING, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}
+    ),
+    S.DOWNLOADING: frozenset({S.RUNNING, S.STORING, S.RECOVERING, S.HALTED, S.FAILED}),
+    S.RUNNING: frozenset({S.STORING, S.COMPLETED, S.RECOVERING, S.RESCALING, S.HALTED, S.FAILED}),
+    S.STORING: frozenset({S.COMPLETED, S.RECOVERING, S.HALTED, S.FAILED}),
+    S.RECOVERING: frozenset({S.DEPLOYING, S.DOWNLOADING, S.RUNNING, S.HALTED, S.FAILED}),
+    S.RESCALING: frozenset({S.DEPLOYING, S.RUNNING, S.RECOVERING, S.HALTED, S.FAILED}),
+    S.HALTED: frozenset({S.QUEUED, S.FAILED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+FINAL_STATES = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
+ACTIVE_STATES = frozenset(
+    {S.DEPLOYING, S.DOWNLOADING, S.RUNNING, S.STORING, S.RECOVERING, S.RESCALING}
+)
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, current: JobState, target: JobState) -> None:
+        super().__init__(f"a job cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+def can_transition(current: JobState, target: JobState) -> bool:
+    return target in TRANSITIONS[current]
+
+
+def check_transition(current: JobState, target: JobState) -> None:
+    if not can_transition(current, target):
+        raise IllegalTransition(current, target)
+
+
+def predecessors(target: JobState) -> frozenset[JobState]:
+    """The states from which `target` may be entered."""
+    return frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+
+
+def is_final(state: JobState) -> bool:
+    return state in FINAL_STATES

@@ -1,0 +1,219 @@
+"""The job repository: jobs, their events and learners, and state transitions.
+
+Every state change goes through `transition`, a conditional update that succeeds only from
+an allowed predecessor, and records an event in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.job_states import JobState, check_transition, predecessors
+from storage.models import Job, JobEvent, Learner, utcnow
+
+log = logging.getLogger(__name__)
+
+_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+
+
+def new_job_id() -> str:
+    return "training-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+@dataclass(frozen=True)
+class TransitionResult:
+    changed: bool
+    previous: JobState | None
+
+
+async def create_job(
+    session: AsyncSession,
+    *,
+    owner_id: int,
+    name: str,
+    learners: int,
+    manifest: dict[str, Any],
+    job_id: str | None = None,
+) -> Job:
+    job = Job(
+        id=job_id or new_job_id(),
+        owner_id=owner_id,
+        name=name,
+        state=JobState.QUEUED,
+        reason="waiting to be deployed",
+        learners=learners,
+        manifest=manifest,
+    )
+    session.add(job)
+    session.add(
+        JobEvent(job_id=job.id, kind="submitted", to_state=JobState.QUEUED, reason="job submitted")
+    )
+    await session.flush()
+    return job
+
+
+async def get_job(session: AsyncSession, job_id: str, *, owner_id: int | None = None) -> Job | None:
+    """A job that is not deleted; with `owner_id`, only if that user owns it."""
+    query = select(Job).where(Job.id == job_id, Job.deleted_at.is_(None))
+    if owner_id is not None:
+        query = query.where(Job.owner_id == owner_id)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def get_job_any(session: AsyncSession, job_id: str) -> Job | None:
+    """A job whether or not it was deleted (for the lifecycle manager)."""
+    return await session.get(Job, job_id, populate_existing=True)
+
+
+async def list_jobs(session: AsyncSession, *, owner_id: int, limit: int = 200) -> Sequence[Job]:
+    query = (
+        select(Job)
+        .where(Job.owner_id == owner_id, Job.deleted_at.is_(None))
+        .order_by(Job.created_at.desc(), Job.id)
+        .limit(limit)
+    )
+    return (await session.execute(query)).scalars().all()
+
+
+async def jobs_in_states(session: AsyncSession, states: Sequence[JobState]) -> Sequence[Job]:
+    query = select(Job).where(Job.state.in_([str(s) for s in states])).order_by(Job.created_at)
+    return (await session.execute(query)).scalars().all()
+
+
+async def deleted_jobs(session: AsyncSession) -> Sequence[Job]:
+    return (await session.execute(select(Job).where(Job.deleted_at.is_not(None)))).scalars().all()
+
+
+async def add_event(
+    session: AsyncSession,
+    job_id: str,
+    kind: str,
+    reason: str = "",
+    detail: dict[str, Any] | None = None,
+    *,
+    from_state: str | None = None,
+    to_state: str | None = None,
+) -> None:
+    session.add(
+        JobEvent(
+            job_id=job_id,
+            kind=kind,
+            reason=reason,
+            detail=detail or {},
+            from_state=from_state,
+            to_state=to_state,
+        )
+    )
+    await session.flush()
+
+
+async def transition(
+    session: AsyncSession,
+    job_id: str,
+    target: JobState,
+    reason: str,
+    detail: dict[str, Any] | None = None,
+    *,
+    only_from: Sequence[JobState] | None = None,
+    **changes: Any,
+) -> TransitionResult:
+    """Move a job to `target` if the table allows it from its current state.
+
+    Returns whether the job changed. A refused transition changes nothing and is logged;
+    callers racing on the same job see exactly one winner.
+    """
+    current_row = await session.execute(select(Job.state).where(Job.id == job_id))
+    current_value = current_row.scalar_one_or_none()
+    if current_value is None:
+        return TransitionResult(False, None)
+    current = JobState(current_value)
+    allowed = predecessors(target)
+    if only_from is not None:
+        allowed = allowed & frozenset(only_from)
+    if current not in allowed:
+        try:
+            check_transition(current, target)
+        except ValueError as refusal:
+            log.warning("job %s: refused: %s (%s)", job_id, refusal, reason)
+        return TransitionResult(False, current)
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == current.value)
+        .values(state=target.value, reason=reason, updated_at=utcnow(), **changes)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        log.info("job %s: lost a race moving %s -> %s", job_id, current, target)
+        return TransitionResult(False, current)
+    await add_event(
+        session, job_id, "state", reason, detail, from_state=current.value, to_state=target.value
+    )
+    return TransitionResult(True, current)
+
+
+async def update_job(session: AsyncSession, job_id: str, **changes: Any) -> None:
+    await session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(updated_at=utcnow(), **changes)
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def list_events(session: AsyncSession, job_id: str) -> Sequence[JobEvent]:
+    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+    return (await session.execute(query)).scalars().all()
+
+
+async def learners_of(session: AsyncSession, job_id: str) -> Sequence[Learner]:
+    query = select(Learner).where(Learner.job_id == job_id).order_by(Learner.index)
+    return (await session.execute(query)).scalars().all()
+
+
+async def reset_learners(session: AsyncSession, job_id: str, count: int, attempt: int) -> None:
+    """Make the learner rows say `count` learners of `attempt`, all PENDING."""
+    existing = {learner.index: learner for learner in await learners_of(session, job_id)}
+    for index in range(1, count + 1):
+        learner = existing.pop(index, None)
+        if learner is None:
+            session.add(Learner(job_id=job_id, index=index, attempt=attempt))
+        else:
+            learner.attempt = attempt
+            learner.state = "PENDING"
+            learner.exit_code = None
+            learner.reason = ""
+            learner.updated_at = utcnow()
+    for stale in existing.values():
+        await session.delete(stale)
+    await session.flush()
+
+
+async def set_learner_state(
+    session: AsyncSession,
+    job_id: str,
+    index: int,
+    attempt: int,
+    state: str,
+    *,
+    exit_code: int | None = None,
+    reason: str = "",
+) -> bool:
+    """Record a learner's state if the report is about its current attempt."""
+    result = await session.execute(
+        update(Learner)
+        .where(Learner.job_id == job_id, Learner.index == index, Learner.attempt == attempt)
+        .values(state=state, exit_code=exit_code, reason=reason, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+async def count_jobs(session: AsyncSession) -> int:
+    return int((await session.execute(select(func.count()).select_from(Job))).scalar_one())
