@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     s3_secret_key: str | None = None
     s3_region: str = "us-east-1"
 
+    # When set, the API makes sure a user "admin" with this token exists (first start-up).
+    admin_token: str | None = None
+
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
 

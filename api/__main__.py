@@ -1,0 +1,29 @@
+"""`python -m api`: serve the dlaas API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+import uvicorn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m api", description="Serve the dlaas API.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8470)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--access-log", action="store_true")
+    args = parser.parse_args()
+    uvicorn.run(
+        "api.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=args.access_log,
+        log_level="info",
+    )
+
+
+if __name__ == "__main__":
+    main()

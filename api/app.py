@@ -1,0 +1,111 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from anyio import to_thread
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from api.archive import ArchiveLimits
+from api.errors import DlaasError
+from api.nudge import Nudger
+from api.routes import data, jobs, logs, results, system, users
+from api.state import ApiState
+from storage import users as user_repo
+from storage.db import make_engine, make_sessionmaker
+from storage.migrate import upgrade
+from storage.object_store import open_object_store
+from storage.settings import Settings
+
+log = logging.getLogger("dlaas.api")
+
+
+async def _ensure_admin(state: ApiState) -> None:
+    token = state.settings.admin_token
+    if not token:
+        return
+    async with state.sessions() as session:
+        if await user_repo.user_by_token(session, token) is not None:
+            return
+        admin = await user_repo.user_by_name(session, "admin")
+        if admin is None:
+            admin, _ = await user_repo.create_user(session, "admin", is_admin=True)
+        admin.token_hash = user_repo.hash_token(token)
+        await session.commit()
+
+
+def _field_of(location: tuple[object, ...]) -> str:
+    parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "request"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DlaasError)
+    async def _dlaas_error(_request: Request, error: DlaasError) -> JSONResponse:
+        return JSONResponse(error.to_body(), status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = [f"{_field_of(e['loc'])}: {e['msg']}" for e in error.errors()]
+        first = error.errors()[0] if error.errors() else {"loc": ()}
+        body = {
+            "error": "invalid_request",
+            "detail": "; ".join(problems) or "the request is not valid",
+            "field": _field_of(tuple(first["loc"])),
+        }
+        return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "bad_request")
+        return JSONResponse({"error": code, "detail": str(error.detail)}, error.status_code)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        body = {"error": "internal", "detail": "dlaas hit an internal error; see the API log"}
+        return JSONResponse(body, status_code=500)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from redis.asyncio import Redis
+
+        await to_thread.run_sync(upgrade, settings.database_url)
+        engine = make_engine(settings.database_url)
+        state = ApiState(
+            settings=settings,
+            engine=engine,
+            sessions=make_sessionmaker(engine),
+            redis=Redis.from_url(settings.redis_url),
+            objects=open_object_store(settings),
+            nudger=Nudger(settings.redis_url),
+            archive_limits=ArchiveLimits.from_settings(settings),
+        )
+        await _ensure_admin(state)
+        app.state.dlaas = state
+        try:
+            yield
+        finally:
+            await state.redis.aclose()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="dlaas",
+        description="Deep-learning training as a service.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    _install_error_handlers(app)
+    for module in (jobs, logs, results, data, users, system):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,68 @@
+"""/v2/data: training data a user uploads once and names in manifests' data_stores."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+
+from api.deps import CurrentUser, StateDep
+from api.errors import Invalid
+from api.schemas import FileInfo, FileList
+
+router = APIRouter(prefix="/v2/data", tags=["data"])
+
+_CONTAINER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9._ +@=-]{1,255}$")
+
+
+def data_prefix(user_id: int, container: str) -> str:
+    return f"data/{user_id}/{container}/"
+
+
+def _check_container(container: str) -> None:
+    if not _CONTAINER.match(container):
+        raise Invalid(
+            f"container {container!r} is not a valid name: use 1-63 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit",
+            code="invalid_container",
+            field="container",
+        )
+
+
+def _check_path(path: str) -> None:
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..") or not _SEGMENT.match(p) for p in parts):
+        raise Invalid(
+            f"data path {path!r} is not allowed: use relative paths of letters, digits and "
+            "'._-+@= ' without '..' or empty segments",
+            code="invalid_path",
+            field="path",
+        )
+
+
+@router.put("/{container}/{path:path}", status_code=201, response_model=FileInfo)
+async def upload_data(
+    container: str, path: str, request: Request, state: StateDep, user: CurrentUser
+) -> FileInfo:
+    """Upload one file of training data (raw body, streamed)."""
+    _check_container(container)
+    _check_path(path)
+    key = data_prefix(user.id, container) + path
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+        async for chunk in request.stream():
+            await to_thread.run_sync(spool.write, chunk)
+        size = spool.tell()
+        spool.seek(0)
+        await to_thread.run_sync(state.objects.put_stream, key, spool)
+    return FileInfo(path=path, size=size)
+
+
+@router.get("/{container}", response_model=FileList)
+async def list_data(container: str, state: StateDep, user: CurrentUser) -> FileList:
+    _check_container(container)
+    prefix = data_prefix(user.id, container)
+    infos = await to_thread.run_sync(lambda: list(state.objects.list(prefix)))
+    return FileList(files=[FileInfo(path=i.key[len(prefix) :], size=i.size) for i in infos])

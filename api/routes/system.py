@@ -1,0 +1,68 @@
+"""/healthz, Prometheus /metrics and /v2/cluster."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from sqlalchemy import func, select, text
+
+from api.deps import CurrentUser, SessionDep, StateDep
+from storage.job_states import ACTIVE_STATES, JobState
+from storage.models import Job, Learner
+
+router = APIRouter(tags=["system"])
+
+JOBS_SUBMITTED = Counter("dlaas_jobs_submitted", "Jobs accepted by this API process")
+JOBS_BY_STATE = Gauge("dlaas_jobs", "Jobs in the database by state", ["state"])
+
+
+@router.get("/healthz")
+async def healthz(state: StateDep) -> dict[str, str]:
+    async with state.sessions() as session:
+        await session.execute(text("SELECT 1"))
+    await state.redis.ping()
+    return {"status": "ok"}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus_metrics(session: SessionDep) -> Response:
+    rows = await session.execute(
+        select(Job.state, func.count()).where(Job.deleted_at.is_(None)).group_by(Job.state)
+    )
+    counts = dict(rows.tuples().all())
+    for job_state in JobState:
+        JOBS_BY_STATE.labels(job_state.value).set(counts.get(job_state.value, 0))
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+@router.get("/v2/cluster", tags=["cluster"])
+async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> dict[str, object]:
+    active = [s.value for s in ACTIVE_STATES]
+    running = await session.execute(
+        select(func.count())
+        .select_from(Learner)
+        .join(Job, Job.id == Learner.job_id)
+        .where(Job.state.in_(active), Learner.state.in_(["PENDING", "DOWNLOADING", "RUNNING"]))
+    )
+    backend = state.settings.cluster_backend
+    nodes = []
+    if backend == "local":
+        nodes.append(
+            {
+                "name": socket.gethostname(),
+                "cpus": os.cpu_count() or 1,
+                "memory_bytes": _memory_bytes(),
+                "gpus": 0,
+            }
+        )
+    return {"backend": backend, "nodes": nodes, "active_learners": running.scalar_one()}

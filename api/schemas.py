@@ -1,0 +1,111 @@
+"""Response schemas: what the API shows of jobs, events, users."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from storage.models import Job, JobEvent
+
+SECRET_KEYS = frozenset({"password", "secret", "secret_key", "secret_access_key", "token"})
+
+
+def without_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: ("***" if k.lower() in SECRET_KEYS else without_secrets(v)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [without_secrets(v) for v in value]
+    return value
+
+
+class JobPublic(BaseModel):
+    id: str
+    name: str
+    state: str
+    reason: str
+    learners: int
+    attempt: int
+    restarts: int
+    owner: str
+    created_at: datetime
+    updated_at: datetime
+    manifest: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: Job, owner: str) -> JobPublic:
+        return cls(
+            id=job.id,
+            name=job.name,
+            state=job.state,
+            reason=job.reason,
+            learners=job.learners,
+            attempt=job.attempt,
+            restarts=job.restarts,
+            owner=owner,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            manifest=without_secrets(job.manifest),
+        )
+
+
+class JobList(BaseModel):
+    jobs: list[JobPublic]
+
+
+class EventPublic(BaseModel):
+    time: datetime
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    reason: str
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: JobEvent) -> EventPublic:
+        return cls(
+            time=event.time,
+            kind=event.kind,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            reason=event.reason,
+            detail=event.detail,
+        )
+
+
+class EventList(BaseModel):
+    events: list[EventPublic]
+
+
+class FileInfo(BaseModel):
+    path: str
+    size: int
+
+
+class FileList(BaseModel):
+    files: list[FileInfo]
+
+
+class MetricPoint(BaseModel):
+    learner: int
+    time: float
+    step: int | None
+    values: dict[str, float]
+
+
+class MetricList(BaseModel):
+    metrics: list[MetricPoint]
+
+
+class UserCreate(BaseModel):
+    name: str
+    admin: bool = False
+
+
+class UserCreated(BaseModel):
+    name: str
+    token: str
+    admin: bool
