@@ -1,0 +1,39 @@
+# dlaas: `make demo` runs the example job on the embedded platform; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of PyTorch; other torch specs pull multi-GB CUDA wheels.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.dlaas-installed
+
+.PHONY: install demo down test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)" numpy
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" bash examples/digits/demo.sh
+
+down: $(STAMP)
+	$(BIN)/dlaas down
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/api_load.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
