@@ -1,0 +1,154 @@
+"""Turn a line of training output into a metric record, or None.
+
+Two sources of metrics, tried in this order:
+
+- JSON metric lines written by the SDK (`{"dlaas_metric": true, ...}`), decoded by
+  `learner_image.metric_lines.parse_metric_line`;
+- the job's regexes (env `DLAAS_METRIC_PATTERNS`, a JSON list of regex strings with named
+  groups). Every named group whose text is a number becomes a value; a group named `step`,
+  `iteration` or `iter` becomes the step instead. Several patterns may match one line; their
+  values are merged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+STEP_GROUPS = ("step", "iteration", "iter")
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    step: int | None
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Patterns:
+    compiled: tuple[re.Pattern[str], ...]
+    problems: tuple[str, ...] = ()
+
+
+def compile_patterns(raw: str | None) -> Patterns:
+    """Compile `DLAAS_METRIC_PATTERNS`; a bad entry is skipped and described in `problems`."""
+    if raw is None or not raw.strip():
+        return Patterns(())
+    try:
+        items = json.loads(raw)
+    except ValueError as exc:
+        return Patterns((), (f"DLAAS_METRIC_PATTERNS is not a JSON list of strings: {exc}",))
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list):
+        return Patterns((), ("DLAAS_METRIC_PATTERNS must be a JSON list of regex strings",))
+    compiled: list[re.Pattern[str]] = []
+    problems: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            problems.append(f"metric pattern #{i + 1} is not a string; skipped")
+            continue
+        try:
+            pattern = re.compile(item)
+        except re.error as exc:
+            problems.append(
+                f"metric pattern #{i + 1} {item!r} is not a valid regex ({exc}); skipped"
+            )
+            continue
+        if not pattern.groupindex:
+            problems.append(
+                f"metric pattern #{i + 1} {item!r} has no named groups "
+                "such as (?P<loss>[0-9.eE+-]+); skipped"
+            )
+            continue
+        compiled.append(pattern)
+    return Patterns(tuple(compiled), tuple(problems))
+
+
+def to_number(text: str | None) -> float | None:
+    """A finite float from the text of a group, or None."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def to_step(value: Any) -> int | None:
+    """An integral step from a group's text or a JSON value, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    number: float | None = None
+    if isinstance(value, str):
+        number = to_number(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        number = value
+    if number is None or not number.is_integer():
+        return None
+    return int(number)
+
+
+def match_patterns(line: str, patterns: Sequence[re.Pattern[str]]) -> MetricRecord | None:
+    """Values of every pattern that matches `line` (search, not full match), merged."""
+    step: int | None = None
+    values: dict[str, float] = {}
+    for pattern in patterns:
+        match = pattern.search(line)
+        if match is None:
+            continue
+        for name, text in match.groupdict().items():
+            if name in STEP_GROUPS:
+                parsed = to_step(text)
+                if parsed is not None and step is None:
+                    step = parsed
+                continue
+            number = to_number(text)
+            if number is not None:
+                values[name] = number
+    if not values:
+        return None
+    return MetricRecord(step, values)
+
+
+def from_metric_dict(data: Mapping[str, Any]) -> MetricRecord | None:
+    """A record from the `{"step": n, name: value, ...}` dict of `parse_metric_line`."""
+    step = to_step(data.get("step"))
+    values: dict[str, float] = {}
+    for name, value in data.items():
+        if name in ("step", "dlaas_metric"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            values[str(name)] = float(value)
+    if not values:
+        return None
+    return MetricRecord(step, values)
+
+
+MetricLineParser = Callable[[str], "dict[str, Any] | None"]
+
+
+class MetricsParser:
+    """Parse lines with the SDK's JSON metric lines first, then the job's regexes."""
+
+    def __init__(self, patterns: Patterns, json_parser: MetricLineParser | None = None) -> None:
+        self.patterns = patterns
+        self.json_parser = json_parser
+
+    def parse(self, line: str) -> MetricRecord | None:
+        if self.json_parser is not None and "dlaas_metric" in line:
+            data = self.json_parser(line)
+            if data is not None:
+                return from_metric_dict(data)
+        if self.patterns.compiled:
+            return match_patterns(line, self.patterns.compiled)
+        return None
