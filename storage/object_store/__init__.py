@@ -1,0 +1,67 @@
+"""Object storage for dlaas: job archives, data, checkpoints, logs and results.
+
+Two backends share one interface (`ObjectStore`): `LocalObjectStore` keeps objects as files
+under a directory, `S3ObjectStore` keeps them in an S3 bucket. `open_object_store(settings)`
+picks one from `settings.object_store`. Keys are '/'-separated paths with no leading '/', no
+'.' or '..' components and no backslashes.
+
+boto3 is imported only when the S3 backend is used, so importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from storage.object_store.base import (
+    CHUNK_SIZE,
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStore,
+    ProgressCallback,
+    validate_key,
+    validate_prefix,
+)
+from storage.object_store.local import LocalObjectStore
+
+if TYPE_CHECKING:
+    from storage.object_store.s3 import S3ObjectStore, make_s3_client
+    from storage.settings import Settings
+
+__all__ = [
+    "CHUNK_SIZE",
+    "LocalObjectStore",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ProgressCallback",
+    "S3ObjectStore",
+    "make_s3_client",
+    "open_object_store",
+    "validate_key",
+    "validate_prefix",
+]
+
+
+def open_object_store(settings: Settings) -> ObjectStore:
+    """The object store `settings` describe (`DLAAS_OBJECT_STORE` = local | s3)."""
+    if settings.object_store == "s3":
+        from storage.object_store.s3 import S3ObjectStore, make_s3_client
+
+        client = make_s3_client(
+            settings.s3_endpoint_url,
+            settings.s3_access_key,
+            settings.s3_secret_key,
+            settings.s3_region,
+        )
+        return S3ObjectStore(client, settings.s3_bucket)
+    if settings.objects_dir is None:
+        raise ValueError("objects_dir is not set; set DLAAS_OBJECTS_DIR or DLAAS_HOME")
+    return LocalObjectStore(settings.objects_dir)
+
+
+def __getattr__(name: str) -> Any:
+    if name in {"S3ObjectStore", "make_s3_client"}:
+        from storage.object_store import s3
+
+        return getattr(s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
