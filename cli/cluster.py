@@ -1,0 +1,57 @@
+"""`dlaas cluster`: what the platform runs on and how much room it has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from cli.context import Invocation, dlaas_command
+from cli.output import print_json, stdout_console
+
+
+@dlaas_command
+def cluster(inv: Invocation) -> None:
+    """Show the cluster backend, its nodes and free capacity."""
+    info = inv.client().cluster()
+    if inv.json:
+        print_json(info)
+        return
+    console = stdout_console()
+    for key, value in info.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            console.print(Text(f"{key}:", style="bold"))
+            console.print(_table(value))
+        elif isinstance(value, dict):
+            pairs = ", ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+            console.print(Text.assemble((f"{key}: ", "bold"), pairs))
+        else:
+            console.print(Text.assemble((f"{key}: ", "bold"), _scalar(value)))
+
+
+def _table(rows: list[dict[str, Any]]) -> Table:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    table = Table(box=None, header_style="bold")
+    for column in columns:
+        table.add_column(column.upper())
+    for row in rows:
+        table.add_row(*(_scalar(row.get(c)) for c in columns))
+    return table
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_scalar(v) for v in value)
+    return str(value)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cluster")(cluster)

@@ -1,0 +1,280 @@
+"""Job commands: train, list, show, wait, halt, resume, delete."""
+
+from __future__ import annotations
+
+import time
+import zipfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from cli.archive import iter_model_files, zip_directory
+from cli.client import ApiError, DlaasConnectionError
+from cli.context import Invocation, dlaas_command
+from cli.errors import CliError, describe_api_error
+from cli.logs import exit_for_outcome, stream_logs
+from cli.output import (
+    error_line,
+    format_time,
+    note,
+    print_json,
+    print_json_line,
+    print_plain,
+    state_text,
+    stdout_console,
+    transfer_progress,
+)
+
+JobId = Annotated[str, typer.Argument(metavar="ID", help="The job id (training-...).")]
+
+WAIT_FINAL_STATES = frozenset({"COMPLETED", "FAILED", "HALTED"})
+
+
+@dlaas_command
+def train(
+    inv: Invocation,
+    manifest: Annotated[Path, typer.Argument(metavar="MANIFEST", help="The manifest.yml file.")],
+    model: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[MODEL_DIR|ZIP]",
+            help="The training code: a directory (zipped for you) or a .zip. "
+            "Default: the manifest's directory.",
+            show_default=False,
+        ),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Follow the logs; exit 1 unless the job completes."),
+    ] = False,
+) -> None:
+    """Submit a training job and print its id."""
+    manifest_path, model_path = check_train_inputs(manifest, model)
+    archive, temporary = (
+        (model_path, False) if model_path.is_file() else (zip_directory(model_path), True)
+    )
+    try:
+        size = archive.stat().st_size
+        client = inv.client()
+        try:
+            with transfer_progress(size, f"uploading {model_path.name or 'model'}") as advance:
+                job = client.submit_job(manifest_path, archive, progress=advance)
+        except ApiError as exc:
+            raise CliError(describe_submit_error(exc, manifest_path, model_path)) from exc
+    finally:
+        if temporary:
+            archive.unlink(missing_ok=True)
+    job_id = str(job.get("id", ""))
+    if inv.json:
+        (print_json_line if follow else print_json)(job)
+    else:
+        print_plain(job_id)
+        if not follow:
+            note(f"submitted {job_id}: follow it with `dlaas logs {job_id} --follow`")
+    if follow:
+        final = stream_logs(inv, job_id, follow=True, job=job)
+        exit_for_outcome(inv, job_id, final)
+
+
+def check_train_inputs(manifest: Path, model: Path | None) -> tuple[Path, Path]:
+    """Refuse unusable local arguments before any request is made."""
+    if not manifest.exists():
+        raise CliError(f"MANIFEST {manifest}: no such file")
+    if not manifest.is_file():
+        raise CliError(f"MANIFEST {manifest} is not a file: pass the manifest.yml itself")
+    model_path = model if model is not None else manifest.parent
+    shown = str(model) if model is not None else f"{model_path} (the manifest's directory)"
+    if not model_path.exists():
+        raise CliError(f"MODEL_DIR {shown}: no such file or directory")
+    if model_path.is_file():
+        if not zipfile.is_zipfile(model_path):
+            raise CliError(
+                f"MODEL_DIR|ZIP {shown} is a file but not a zip archive: "
+                "pass the directory holding your training code, or a .zip of it"
+            )
+    elif not iter_model_files(model_path):
+        raise CliError(f"MODEL_DIR {shown} holds no files to upload")
+    return manifest, model_path
+
+
+def describe_submit_error(exc: ApiError, manifest: Path, model: Path) -> str:
+    """A refused submission names the file at fault: the model archive or the manifest."""
+    if exc.status in (401, 403) or exc.status >= 500:
+        return describe_api_error(exc)
+    field = exc.field or ""
+    detail = exc.detail or exc.code
+    if field and field not in detail:
+        detail = f"{field}: {detail}"
+    about_model = field == "model" or field.startswith("model.") or exc.code == "too_large"
+    return f"{model.name if about_model else manifest.name}: {detail}"
+
+
+@dlaas_command
+def list_jobs(inv: Invocation) -> None:
+    """List your jobs, newest first."""
+    jobs = inv.client().list_jobs()
+    if inv.json:
+        print_json({"jobs": jobs})
+        return
+    if not jobs:
+        note("no jobs yet: submit one with `dlaas train manifest.yml MODEL_DIR`")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "STATE", "LEARNERS", "CREATED", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for job in jobs:
+        table.add_row(
+            str(job.get("id", "")),
+            str(job.get("name") or ""),
+            state_text(job.get("state")),
+            str(job.get("learners", "")),
+            format_time(job.get("created_at")),
+            str(job.get("reason") or ""),
+        )
+    stdout_console().print(table)
+
+
+@dlaas_command
+def show(
+    inv: Invocation,
+    job_id: JobId,
+    events: Annotated[
+        int, typer.Option("--events", "-n", min=0, help="How many recent events to show.")
+    ] = 10,
+) -> None:
+    """Show a job and its recent events."""
+    client = inv.client()
+    job = client.get_job(job_id)
+    history = client.job_events(job_id)
+    recent = history[-events:] if events else []
+    if inv.json:
+        print_json({"job": job, "events": recent})
+        return
+    console = stdout_console()
+    details = Table.grid(padding=(0, 2))
+    details.add_column(style="bold")
+    details.add_column()
+    manifest = _mapping(job.get("manifest"))
+    framework = _mapping(manifest.get("framework"))
+    rows: list[tuple[str, Any]] = [
+        ("id", job.get("id")),
+        ("name", job.get("name")),
+        ("state", state_text(job.get("state"))),
+        ("reason", job.get("reason")),
+        ("learners", job.get("learners")),
+        ("owner", job.get("owner")),
+        ("created", format_time(job.get("created_at"))),
+        ("updated", format_time(job.get("updated_at"))),
+        ("framework", " ".join(str(framework.get(k, "")) for k in ("name", "version")).strip()),
+        ("command", framework.get("command")),
+    ]
+    for label, value in rows:
+        if value not in (None, ""):
+            details.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+    console.print(details)
+    if recent:
+        table = Table(title="events", title_justify="left", box=None, header_style="bold")
+        for column in ("TIME", "KIND", "FROM", "TO", "REASON"):
+            table.add_column(column)
+        for event in recent:
+            table.add_row(
+                format_time(event.get("time")),
+                str(event.get("kind") or ""),
+                str(event.get("from_state") or ""),
+                str(event.get("to_state") or ""),
+                str(event.get("reason") or event.get("detail") or ""),
+            )
+        console.print()
+        console.print(table)
+
+
+@dlaas_command
+def wait(
+    inv: Invocation,
+    job_id: JobId,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0, help="Give up after S seconds (exit 2).")
+    ] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.05, help="Poll period, s.")] = 2.0,
+) -> None:
+    """Wait until the job is COMPLETED (exit 0), FAILED or HALTED (exit 1); 2 on timeout."""
+    client = inv.client()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    lost_since: float | None = None
+    while True:
+        try:
+            job = client.get_job(job_id)
+            lost_since = None
+        except DlaasConnectionError:
+            lost_since = lost_since or time.monotonic()
+            if not job or time.monotonic() - lost_since > 30:
+                raise
+        state = str(job.get("state", ""))
+        if state in WAIT_FINAL_STATES:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            if inv.json:
+                print_json(job)
+            error_line(
+                f"timed out after {timeout:g}s waiting for {job_id} (still {state}); "
+                "wait longer with --timeout"
+            )
+            raise typer.Exit(2)
+        pause = interval if deadline is None else min(interval, deadline - time.monotonic())
+        time.sleep(max(pause, 0.0))
+    if inv.json:
+        print_json(job)
+    else:
+        print_plain(f"{job_id} {state}")
+    if state != "COMPLETED":
+        reason = f": {job['reason']}" if job.get("reason") else ""
+        error_line(f"job {job_id} ended {state}{reason}")
+        raise typer.Exit(1)
+
+
+@dlaas_command
+def halt(inv: Invocation, job_id: JobId) -> None:
+    """Stop a job, keeping its checkpoints so `dlaas resume` can continue it."""
+    _act(inv, "halt", job_id, inv.client().halt_job(job_id))
+
+
+@dlaas_command
+def resume(inv: Invocation, job_id: JobId) -> None:
+    """Queue a halted job again; it restarts from its last committed checkpoint."""
+    _act(inv, "resume", job_id, inv.client().resume_job(job_id))
+
+
+@dlaas_command
+def delete(inv: Invocation, job_id: JobId) -> None:
+    """Stop a job and delete it with its stored files."""
+    body = inv.client().delete_job(job_id)
+    if inv.json:
+        print_json(body or {"id": job_id, "deleted": True})
+    else:
+        print_plain(f"deleting {job_id}")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _act(inv: Invocation, verb: str, job_id: str, job: dict[str, Any]) -> None:
+    if inv.json:
+        print_json(job or {"id": job_id})
+    else:
+        state = job.get("state")
+        print_plain(f"{verb} requested for {job_id}" + (f": now {state}" if state else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("list")(list_jobs)
+    app.command("show")(show)
+    app.command("wait")(wait)
+    app.command("halt")(halt)
+    app.command("resume")(resume)
+    app.command("delete")(delete)

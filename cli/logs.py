@@ -1,0 +1,245 @@
+"""`dlaas logs`: print a job's log lines, optionally following them live."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.text import Text
+
+from cli.client import DlaasClient
+from cli.context import Invocation, dlaas_command
+from cli.errors import CliError
+from cli.output import (
+    STATE_STYLES,
+    error_line,
+    format_number,
+    note,
+    print_json_line,
+    print_plain,
+    stdout_console,
+)
+
+FINAL_STATES = frozenset({"COMPLETED", "FAILED"})
+
+
+def format_line(event: dict[str, Any], prefixed: bool) -> str:
+    text = str(event.get("line", ""))
+    learner = event.get("learner")
+    if prefixed and learner is not None:
+        return f"[{learner}] {text}"
+    return text
+
+
+def stream_logs(
+    inv: Invocation,
+    job_id: str,
+    *,
+    follow: bool,
+    learner: int | None = None,
+    job: dict[str, Any] | None = None,
+) -> str | None:
+    """Print the job's logs; return the final state when the stream said so."""
+    client = inv.client()
+    if job is None:
+        job = client.get_job(job_id)
+    learners = _int(job.get("learners"), 1)
+    if learner is not None and not 1 <= learner <= learners:
+        raise CliError(f"--learner {learner}: job {job_id} has learners 1..{learners}")
+    prefixed = learner is None and learners > 1
+    if follow or not prefixed:
+        events = client.iter_log_events(job_id, follow=follow, learner=learner)
+    else:
+        events = _each_learner(client, job_id, learners)
+    if inv.json:
+        final: str | None = None
+        for event in events:
+            print_json_line(event)
+            if event.get("event") == "end":
+                final = _state(event)
+        return final
+    if follow and sys.stdout.isatty():
+        return _follow_live(inv, job_id, job, events, prefixed)
+    return _print_plain(events, prefixed)
+
+
+def _each_learner(client: DlaasClient, job_id: str, learners: int) -> Iterator[dict[str, Any]]:
+    """Stored lines learner by learner, so each line can say whose it is."""
+    for index in range(1, learners + 1):
+        for event in client.iter_log_events(job_id, follow=False, learner=index):
+            yield {**event, "learner": event.get("learner") or index}
+
+
+def _print_plain(events: Iterator[dict[str, Any]], prefixed: bool) -> str | None:
+    for event in events:
+        if event.get("event") == "line":
+            print_plain(format_line(event, prefixed))
+        elif event.get("event") == "end":
+            return _state(event)
+    return None
+
+
+def _follow_live(
+    inv: Invocation,
+    job_id: str,
+    job: dict[str, Any],
+    events: Iterator[dict[str, Any]],
+    prefixed: bool,
+) -> str | None:
+    status = JobStatus(job_id, str(job.get("state", "")))
+    poller = StatusPoller(inv, status)
+    console = stdout_console()
+    poller.start()
+    final: str | None = None
+    try:
+        with Live(
+            get_renderable=status.render,
+            console=console,
+            refresh_per_second=4,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live:
+            for event in events:
+                if event.get("event") == "line":
+                    live.console.print(Text(format_line(event, prefixed)), soft_wrap=True)
+                elif event.get("event") == "end":
+                    final = _state(event)
+                    status.state = final or status.state
+                    break
+    finally:
+        poller.stop()
+    console.print(status.render())
+    return final
+
+
+class JobStatus:
+    """The bottom status line of a followed job: state, step, latest metric values."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.step: Any = None
+        self.values: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def update(self, state: str | None, metric: dict[str, Any] | None) -> None:
+        with self.lock:
+            if state:
+                self.state = state
+            if metric:
+                self.step = metric.get("step", self.step)
+                values = metric.get("values")
+                if isinstance(values, dict):
+                    self.values = values
+
+    def render(self) -> Text:
+        with self.lock:
+            text = Text.assemble(
+                ("● ", STATE_STYLES.get(self.state, "bold")),
+                (self.job_id, "bold"),
+                " ",
+                (self.state or "?", STATE_STYLES.get(self.state, "")),
+            )
+            if self.step is not None:
+                text.append(f"  step {self.step}")
+            for name, value in list(self.values.items())[:6]:
+                text.append(f"  {name}={format_number(value)}", style="dim")
+        return text
+
+
+class StatusPoller:
+    """Refreshes a `JobStatus` from the API on a background thread; errors are ignored."""
+
+    def __init__(self, inv: Invocation, status: JobStatus, interval: float = 2.0) -> None:
+        self._inv = inv
+        self._status = status
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dlaas-status", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        try:
+            client = DlaasClient(*self._inv.connection(), timeout=10.0)
+        except Exception:
+            return
+        with client:
+            polls = 0
+            while not self._stop.wait(self._interval if polls else 0.1):
+                polls += 1
+                state: str | None = None
+                metric: dict[str, Any] | None = None
+                try:
+                    state = str(client.get_job(self._status.job_id).get("state") or "")
+                    if polls % 3 == 1:
+                        metrics = client.job_metrics(self._status.job_id)
+                        metric = metrics[-1] if metrics else None
+                except Exception:
+                    continue
+                self._status.update(state, metric)
+
+
+def _state(event: dict[str, Any]) -> str | None:
+    state = event.get("state")
+    return str(state) if state else None
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@dlaas_command
+def logs(
+    inv: Invocation,
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job id (training-...).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
+    ] = False,
+    learner: Annotated[
+        int | None, typer.Option("--learner", "-l", min=1, help="Only this learner (1-based).")
+    ] = None,
+) -> None:
+    """Print a job's log lines, each prefixed by its learner number when there are several.
+
+    With --follow the exit status is the job's outcome: 0 when it COMPLETED, 1 otherwise.
+    With --output json each event is one JSON object per line.
+    """
+    final = stream_logs(inv, job_id, follow=follow, learner=learner)
+    if follow:
+        exit_for_outcome(inv, job_id, final)
+
+
+def exit_for_outcome(inv: Invocation, job_id: str, final: str | None) -> None:
+    """After following a job to its end: exit 1 with the reason unless it COMPLETED."""
+    if final == "COMPLETED":
+        if not inv.json:
+            note(f"job {job_id} COMPLETED: fetch its results with `dlaas download {job_id}`")
+        return
+    reason = ""
+    try:
+        reason = str(inv.client().get_job(job_id).get("reason") or "")
+    except Exception:
+        reason = ""
+    detail = f": {reason}" if reason else ""
+    error_line(
+        f"job {job_id} ended {final or 'without a final state'}{detail}; see `dlaas show {job_id}`"
+    )
+    raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("logs")(logs)

@@ -1,0 +1,42 @@
+"""The `dlaas` command: a Typer app whose commands talk to the dlaas REST API."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import cluster, data, jobs, logs, results
+from cli.context import DebugOption, GlobalOptions, OutputOption, TokenOption, UrlOption
+from cli.up import register as register_up
+
+app = typer.Typer(
+    name="dlaas",
+    help="dlaas: deep-learning training as a service.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    output: OutputOption = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+    debug: DebugOption = False,
+) -> None:
+    """Submit, watch and manage training jobs on a dlaas server.
+
+    The server and token come from --url/--token, else DLAAS_URL/DLAAS_TOKEN,
+    else $DLAAS_HOME/client.json (written by `dlaas up`).
+    """
+    ctx.obj = GlobalOptions(url=url, token=token, output=output, debug=debug)
+
+
+register_up(app)
+jobs.register(app)
+logs.register(app)
+results.register(app)
+data.register(app)
+cluster.register(app)

@@ -1,0 +1,131 @@
+"""How the CLI writes: JSON or Rich text to stdout, messages and progress to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.text import Text
+
+from cli.client import ProgressCallback
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout."""
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_json_line(value: Any) -> None:
+    """One compact JSON object per line (for streams such as logs)."""
+    sys.stdout.write(json.dumps(value, default=str, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def print_plain(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def error_line(message: str) -> None:
+    stderr_console().print(Text(f"error: {message}", style="bold red"))
+
+
+def note(message: str) -> None:
+    """A human remark on stderr, so stdout stays clean for data."""
+    stderr_console().print(Text(message, style="dim"))
+
+
+@contextmanager
+def transfer_progress(total: int, description: str) -> Iterator[ProgressCallback]:
+    """A byte progress bar on stderr (only drawn on a terminal); yields the advance callback."""
+    console = stderr_console()
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+        disable=not console.is_terminal,
+    )
+    task = progress.add_task(description, total=total)
+    with progress:
+        yield lambda n: progress.advance(task, n)
+
+
+def format_time(value: Any) -> str:
+    """A server timestamp (ISO text or unix seconds) as local `YYYY-MM-DD HH:MM:SS`."""
+    if value is None or value == "":
+        return "-"
+    moment: datetime | None = None
+    if isinstance(value, int | float):
+        moment = datetime.fromtimestamp(float(value), tz=UTC)
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    if moment is None:
+        return str(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_size(size: Any) -> str:
+    if not isinstance(size, int | float):
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value) if value is not None else "-"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+STATE_STYLES = {
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "HALTED": "yellow",
+    "RUNNING": "cyan",
+    "RECOVERING": "magenta",
+    "RESCALING": "magenta",
+}
+
+
+def state_text(state: Any) -> Text:
+    text = str(state or "-")
+    return Text(text, style=STATE_STYLES.get(text, ""))
