@@ -1,0 +1,91 @@
+"""Builds a real dlaas API app on a real database, Redis and object store for tests."""
+
+from __future__ import annotations
+
+import io
+import secrets
+import zipfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI
+
+from api.app import create_app
+from storage.settings import Settings
+
+ADMIN_TOKEN = "dlaas_test-admin-token-0123456789abcdef"
+
+MANIFEST = b"""
+name: tiny
+learners: 2
+memory: 1Gb
+framework:
+  name: pytorch
+  command: python train.py
+evaluation_metrics:
+  type: regex
+  regex: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'
+"""
+
+
+def make_zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+MODEL_ZIP = make_zip({"train.py": b"print('hello')\n"})
+
+
+@dataclass
+class Harness:
+    app: FastAPI
+    settings: Settings
+    admin: httpx.AsyncClient
+
+    def client(self, token: str | None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url="http://dlaas", headers=headers
+        )
+
+    async def new_user(self, name: str) -> httpx.AsyncClient:
+        """A client for a new user; names get a random suffix as databases outlive tests."""
+        unique = f"{name}-{secrets.token_hex(4)}"
+        response = await self.admin.post("/v2/users", json={"name": unique})
+        assert response.status_code == 201, response.text
+        return self.client(response.json()["token"])
+
+
+async def submit(
+    client: httpx.AsyncClient, manifest: bytes = MANIFEST, model: bytes = MODEL_ZIP
+) -> httpx.Response:
+    return await client.post(
+        "/v2/jobs",
+        files={
+            "manifest": ("manifest.yml", manifest, "application/x-yaml"),
+            "model": ("model.zip", model, "application/zip"),
+        },
+    )
+
+
+@asynccontextmanager
+async def running_api(database_url: str, redis_url: str, objects_dir: Path) -> AsyncIterator[Harness]:
+    settings = Settings(
+        home=objects_dir.parent,
+        database_url=database_url,
+        redis_url=redis_url,
+        objects_dir=objects_dir,
+        admin_token=ADMIN_TOKEN,
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        harness = Harness(app=app, settings=settings, admin=httpx.AsyncClient())
+        harness.admin = harness.client(ADMIN_TOKEN)
+        async with harness.admin:
+            yield harness

@@ -1,0 +1,300 @@
+"""The REST API against a real database (SQLite and PostgreSQL), Redis and object store."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from storage import jobs as repo
+from storage import streams
+from storage.db import make_engine, make_sessionmaker
+from storage.job_states import JobState
+from tests.integration.api_harness import (
+    MANIFEST,
+    MODEL_ZIP,
+    Harness,
+    make_zip,
+    running_api,
+    submit,
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def api(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+) -> AsyncIterator[Harness]:
+    database_url = request.getfixturevalue(f"{request.param}_url")
+    if request.param == "sqlite":
+        database_url = f"sqlite+aiosqlite:///{tmp_path / 'api.db'}"
+    async with running_api(database_url, redis_url, tmp_path / "objects") as harness:
+        yield harness
+
+
+async def _move_job(harness: Harness, job_id: str, *states: JobState) -> None:
+    engine = make_engine(harness.settings.database_url)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            for state in states:
+                moved = await repo.transition(session, job_id, state, f"test moves to {state}")
+                assert moved.changed
+            await session.commit()
+    finally:
+        await engine.dispose()
+
+
+async def test_submit_returns_201_with_location_and_stores_the_archive(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        response = await submit(alice)
+        assert response.status_code == 201, response.text
+        job = response.json()
+        assert response.headers["location"] == f"/v2/jobs/{job['id']}"
+        assert job["state"] == "QUEUED"
+        assert job["learners"] == 2
+        assert job["owner"].startswith("alice-")
+        stored = api.app.state.dlaas.objects.get_bytes(f"jobs/{job['id']}/model.zip")
+        assert stored == MODEL_ZIP
+        shown = await alice.get(f"/v2/jobs/{job['id']}")
+        assert shown.status_code == 200
+        assert shown.json()["id"] == job["id"]
+        listed = await alice.get("/v2/jobs")
+        assert [j["id"] for j in listed.json()["jobs"]] == [job["id"]]
+        events = await alice.get(f"/v2/jobs/{job['id']}/events")
+        assert events.json()["events"][0]["kind"] == "submitted"
+
+
+async def test_another_users_token_sees_nothing(api: Harness) -> None:
+    async with await api.new_user("alice") as alice, await api.new_user("bob") as bob:
+        job_id = (await submit(alice)).json()["id"]
+        assert (await bob.get("/v2/jobs")).json() == {"jobs": []}
+        for method, path in [
+            ("GET", f"/v2/jobs/{job_id}"),
+            ("GET", f"/v2/jobs/{job_id}/events"),
+            ("GET", f"/v2/jobs/{job_id}/logs"),
+            ("GET", f"/v2/jobs/{job_id}/metrics"),
+            ("GET", f"/v2/jobs/{job_id}/results"),
+            ("POST", f"/v2/jobs/{job_id}/halt"),
+            ("POST", f"/v2/jobs/{job_id}/resume"),
+            ("DELETE", f"/v2/jobs/{job_id}"),
+        ]:
+            response = await bob.request(method, path)
+            assert response.status_code == 404, (method, path, response.text)
+            assert response.json()["error"] == "not_found"
+        assert (await alice.get(f"/v2/jobs/{job_id}")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [({}, "missing_token"), ({"Authorization": "Bearer nope"}, "bad_token")],
+)
+async def test_requests_without_a_valid_token_are_401(
+    api: Harness, headers: dict[str, str], code: str
+) -> None:
+    async with api.client(None) as anonymous:
+        response = await anonymous.get("/v2/jobs", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"] == code
+    assert "DLAAS_TOKEN" in response.json()["detail"]
+
+
+def _zip_with(name: str, data: bytes = b"x") -> bytes:
+    return make_zip({name: data})
+
+
+def _symlink_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        info = zipfile.ZipInfo("link")
+        info.external_attr = (0o120777 << 16) | 0
+        archive.writestr(info, "/etc/passwd")
+    return buffer.getvalue()
+
+
+def _bomb_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("zeros.bin", b"\0" * (50 * 1024 * 1024))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("manifest", "model", "status", "field", "code"),
+    [
+        (b"name: [unclosed\n  learners: 2", MODEL_ZIP, 422, "manifest", "invalid_manifest"),
+        (b"name: x\nframework:\n  name: pytorch\n", MODEL_ZIP, 422, "framework.command", None),
+        (b"- just\n- a list\n", MODEL_ZIP, 422, "manifest", None),
+        (MANIFEST.replace(b"learners: 2", b"learners: 0"), MODEL_ZIP, 422, "learners", None),
+        (MANIFEST.replace(b"1Gb", b"lots"), MODEL_ZIP, 422, "memory", None),
+        (MANIFEST, _zip_with("../../etc/cron.d/evil"), 422, "model", "unsafe_path"),
+        (MANIFEST, _zip_with("/etc/passwd"), 422, "model", "unsafe_path"),
+        (MANIFEST, _symlink_zip(), 422, "model", "link_in_archive"),
+        (MANIFEST, _bomb_zip(), 422, "model", "zip_bomb"),
+        (MANIFEST, b"this is not a zip", 422, "model", "invalid_archive"),
+    ],
+)
+async def test_bad_input_is_refused_naming_the_field(
+    api: Harness, manifest: bytes, model: bytes, status: int, field: str, code: str | None
+) -> None:
+    async with await api.new_user("alice") as alice:
+        response = await submit(alice, manifest, model)
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert body["field"] == field, body
+        assert body["detail"]
+        if code:
+            assert body["error"] == code, body
+        assert (await alice.get("/v2/jobs")).json() == {"jobs": []}
+    assert not list(api.app.state.dlaas.objects.list("jobs/"))
+
+
+async def test_a_form_without_the_model_field_is_refused(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        response = await alice.post(
+            "/v2/jobs", files={"manifest": ("manifest.yml", MANIFEST, "application/x-yaml")}
+        )
+    assert response.status_code == 422
+    assert response.json()["field"] == "model"
+
+
+async def test_an_oversized_upload_is_413_before_it_is_read(api: Harness) -> None:
+    api.app.state.dlaas.archive_limits = type(api.app.state.dlaas.archive_limits)(
+        max_bytes=1024,
+        max_files=10,
+        max_unpacked_bytes=10**6,
+        max_compression_ratio=100.0,
+    )
+    async with await api.new_user("alice") as alice:
+        response = await submit(alice, MANIFEST, b"0" * 200_000)
+    assert response.status_code == 413
+    assert response.json()["field"] == "model"
+
+
+async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
+    api: Harness, redis_url: str
+) -> None:
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        redis = Redis.from_url(redis_url)
+        try:
+            await redis.xadd(streams.logs_key(job_id), streams.encode_log(1, "hello from 1", 1.0))
+            await redis.xadd(streams.logs_key(job_id), streams.encode_log(2, "hello from 2", 2.0))
+            await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
+            response = await alice.get(f"/v2/jobs/{job_id}/logs", params={"follow": "true"})
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = [block for block in response.text.split("\n\n") if block.strip()]
+            data = [json.loads(b.split("data: ", 1)[1]) for b in events]
+            assert [d.get("line") for d in data[:2]] == ["hello from 1", "hello from 2"]
+            assert events[0].startswith("id: ")
+            assert "event: end" in events[-1]
+            assert data[-1] == {"state": "COMPLETED"}
+            only_two = await alice.get(
+                f"/v2/jobs/{job_id}/logs", params={"follow": "true", "learner": 2}
+            )
+            assert "hello from 1" not in only_two.text
+            assert "hello from 2" in only_two.text
+            plain = await alice.get(f"/v2/jobs/{job_id}/logs")
+            assert plain.text == "hello from 1\nhello from 2\n"
+        finally:
+            await redis.delete(streams.logs_key(job_id))
+            await redis.aclose()
+
+
+async def test_logs_of_a_finished_job_fall_back_to_the_stored_log(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        objects = api.app.state.dlaas.objects
+        objects.put_bytes(f"jobs/{job_id}/logs/learner-1.log", b"stored one\nstored two\n")
+        await _move_job(api, job_id, JobState.DEPLOYING, JobState.FAILED)
+        followed = await alice.get(f"/v2/jobs/{job_id}/logs", params={"follow": "true"})
+        assert "stored one" in followed.text
+        assert '"state": "FAILED"' in followed.text or '"state":"FAILED"' in followed.text
+        plain = await alice.get(f"/v2/jobs/{job_id}/logs")
+        assert plain.text == "stored one\nstored two\n"
+
+
+async def test_metrics_come_from_the_stream_then_from_stored_files(
+    api: Harness, redis_url: str
+) -> None:
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        redis = Redis.from_url(redis_url)
+        try:
+            record = streams.encode_metric(1, 3.0, 7, {"loss": 0.5})
+            await redis.xadd(streams.metrics_key(job_id), record)
+            live = (await alice.get(f"/v2/jobs/{job_id}/metrics")).json()["metrics"]
+            assert live == [{"learner": 1, "time": 3.0, "step": 7, "values": {"loss": 0.5}}]
+        finally:
+            await redis.delete(streams.metrics_key(job_id))
+            await redis.aclose()
+        stored = json.dumps({"time": 4.0, "step": 9, "values": {"loss": 0.25}}).encode() + b"\n"
+        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/metrics/learner-2.jsonl", stored)
+        after = (await alice.get(f"/v2/jobs/{job_id}/metrics")).json()["metrics"]
+        assert after == [{"learner": 2, "time": 4.0, "step": 9, "values": {"loss": 0.25}}]
+
+
+async def test_results_are_listed_and_downloaded(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        objects = api.app.state.dlaas.objects
+        objects.put_bytes(f"jobs/{job_id}/results/model.pt", b"weights")
+        objects.put_bytes(f"jobs/{job_id}/results/sub/metrics.json", b"{}")
+        listed = (await alice.get(f"/v2/jobs/{job_id}/results")).json()["files"]
+        assert listed == [{"path": "model.pt", "size": 7}, {"path": "sub/metrics.json", "size": 2}]
+        got = await alice.get(f"/v2/jobs/{job_id}/results/model.pt")
+        assert got.content == b"weights"
+        missing = await alice.get(f"/v2/jobs/{job_id}/results/nope.pt")
+        assert missing.status_code == 404
+        assert missing.json()["field"] == "path"
+
+
+async def test_data_upload_is_per_user_and_checks_names(api: Harness) -> None:
+    async with await api.new_user("alice") as alice, await api.new_user("bob") as bob:
+        put = await alice.put("/v2/data/digits-data/digits.npz", content=b"12345")
+        assert put.status_code == 201, put.text
+        assert put.json() == {"path": "digits.npz", "size": 5}
+        listed = (await alice.get("/v2/data/digits-data")).json()["files"]
+        assert listed == [{"path": "digits.npz", "size": 5}]
+        assert (await bob.get("/v2/data/digits-data")).json()["files"] == []
+        bad = await alice.put("/v2/data/digits-data/a/../b", content=b"x")
+        assert bad.status_code in (404, 422)
+        bad_name = await alice.put("/v2/data/-bad/x", content=b"x")
+        assert bad_name.status_code == 422
+        assert bad_name.json()["field"] == "container"
+
+
+async def test_halt_resume_delete_record_intent(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        resume_early = await alice.post(f"/v2/jobs/{job_id}/resume")
+        assert resume_early.status_code == 409
+        assert "dlaas halt" in resume_early.json()["detail"]
+        assert (await alice.post(f"/v2/jobs/{job_id}/halt")).status_code == 202
+        assert (await alice.delete(f"/v2/jobs/{job_id}")).status_code == 202
+        assert (await alice.get(f"/v2/jobs/{job_id}")).status_code == 404
+        kinds = []
+        engine = make_engine(api.settings.database_url)
+        async with make_sessionmaker(engine)() as session:
+            kinds = [e.kind for e in await repo.list_events(session, job_id)]
+            job = await repo.get_job_any(session, job_id)
+        await engine.dispose()
+        assert kinds == ["submitted", "halt_requested", "delete_requested"]
+        assert job is not None
+        assert job.desired == "delete"
+
+
+async def test_health_prometheus_and_openapi(api: Harness) -> None:
+    async with api.client(None) as anonymous:
+        assert (await anonymous.get("/healthz")).json() == {"status": "ok"}
+        metrics = await anonymous.get("/metrics")
+        assert "dlaas_jobs" in metrics.text
+        spec = (await anonymous.get("/openapi.json")).json()
+        assert "/v2/jobs" in spec["paths"]
+        assert (await anonymous.get("/docs")).status_code == 200
+        unknown = await anonymous.get("/v2/nothing-here")
+        assert unknown.status_code == 404
+        assert unknown.json()["error"] == "not_found"
