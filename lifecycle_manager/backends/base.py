@@ -1,0 +1,90 @@
+"""What a cluster backend offers the lifecycle manager: create, delete and list learners.
+
+A learner is one process (local backend) or one pod (Kubernetes) running the learner
+runner for one attempt of one job. Its name is deterministic, so creating it twice is the
+same as creating it once: a backend treats "already exists" as success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+def learner_name(job_id: str, learner: int, attempt: int) -> str:
+    return f"dlaas-{job_id}-learner-{learner}-a{attempt}"
+
+
+class LearnerPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    job_id: str
+    learner: int  # 1-based
+    attempt: int
+    num_learners: int
+    command: list[str]
+    # Everything the learner needs that does not depend on where it runs; the backend adds
+    # the placement-specific part (directories, MASTER_ADDR, MASTER_PORT).
+    env: dict[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+
+    @property
+    def name(self) -> str:
+        return learner_name(self.job_id, self.learner, self.attempt)
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    job_id: str
+    learner: int
+    attempt: int
+    name: str
+    phase: LearnerPhase
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED)
+
+
+class BackendUnavailable(Exception):
+    """The backend could not be reached or refused for a passing reason; retry later."""
+
+
+class ClusterBackend(Protocol):
+    async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
+        """Create every learner of a gang; returns the names that did not exist before."""
+        ...
+
+    async def delete_learners(self, job_id: str, *, wait: float = 0.0) -> bool:
+        """Stop and remove every learner of a job (SIGTERM, then SIGKILL after a grace).
+
+        With `wait`, block up to that many seconds for them to be gone; returns whether
+        none of the job's learners is left.
+        """
+        ...
+
+    async def delete_learner(self, name: str) -> None:
+        """Stop and remove one learner (for example one left from an older attempt)."""
+        ...
+
+    async def list_learners(self) -> list[LearnerStatus]: ...
+
+    async def aclose(self) -> None: ...

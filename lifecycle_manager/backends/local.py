@@ -1,0 +1,79 @@
+"""The `local` cluster backend: learners as processes of the node agent on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+
+from lifecycle_manager.backends.base import (
+    BackendUnavailable,
+    LearnerPhase,
+    LearnerSpec,
+    LearnerStatus,
+)
+
+
+class LocalBackend:
+    def __init__(self, agent_url: str, *, timeout: float = 10.0) -> None:
+        self._client = httpx.AsyncClient(base_url=agent_url, timeout=timeout)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise BackendUnavailable(f"node agent at {self._client.base_url}: {error!r}") from error
+        if response.status_code >= 500:
+            raise BackendUnavailable(
+                f"node agent at {self._client.base_url}: HTTP {response.status_code}"
+            )
+        response.raise_for_status()
+        return response
+
+    async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
+        responses = await asyncio.gather(*(self._put(spec) for spec in specs))
+        return [spec.name for spec, created in zip(specs, responses, strict=True) if created]
+
+    async def _put(self, spec: LearnerSpec) -> bool:
+        body = {
+            "job": spec.job_id,
+            "learner": spec.learner,
+            "attempt": spec.attempt,
+            "num_learners": spec.num_learners,
+            "command": spec.command,
+            "env": spec.env,
+            "resources": asdict(spec.resources),
+        }
+        response = await self._request("PUT", f"/learners/{spec.name}", json=body)
+        return response.status_code == 201
+
+    async def delete_learners(self, job_id: str, *, wait: float = 0.0) -> bool:
+        response = await self._request(
+            "DELETE", f"/jobs/{job_id}", params={"wait": wait}, timeout=wait + 10
+        )
+        return bool(response.json()["gone"])
+
+    async def delete_learner(self, name: str) -> None:
+        await self._request("DELETE", f"/learners/{name}")
+
+    async def list_learners(self) -> list[LearnerStatus]:
+        response = await self._request("GET", "/learners")
+        return [
+            LearnerStatus(
+                job_id=item["job"],
+                learner=item["learner"],
+                attempt=item["attempt"],
+                name=item["name"],
+                phase=LearnerPhase(item["phase"]),
+                exit_code=item["exit_code"],
+                signal=item["signal"],
+                reason=item["reason"],
+            )
+            for item in response.json()["learners"]
+        ]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,260 @@
+"""How a job moves, given what its learners report: pure functions over plain dataclasses.
+
+The monitor (learner events), the reconcile (what the cluster shows) and the tests call the
+same functions; none of them touches the database, the cluster or a clock.
+
+Learner rows move like this (one row per learner, reset for every attempt):
+
+```
+ PENDING --> DOWNLOADING --> RUNNING --> STORING --> DONE --(exit 0)--> SUCCEEDED
+    |             |             |           |          |
+    +-------------+------(exit != 0, vanished)---------+-------------> FAILED
+    +-------------+------(exit after a halt or delete)-+-------------> STOPPED
+```
+
+The job follows its learners: it is DOWNLOADING as soon as one learner fetches, RUNNING when
+every learner runs, STORING when every learner stores, COMPLETED when every learner exited 0,
+and FAILED when one learner failed (while restarts are not enabled; `RestartPolicy` is
+where they will be decided).
+"""
+
+from __future__ import annotations
+
+import signal as signals
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from storage.job_states import JobState
+
+
+class LearnerState(StrEnum):
+    PENDING = "PENDING"
+    DOWNLOADING = "DOWNLOADING"
+    RUNNING = "RUNNING"
+    STORING = "STORING"
+    DONE = "DONE"  # the runner said it finished; its exit is still to come
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"  # stopped by the lifecycle manager (halt, delete)
+
+
+FINISHED = frozenset({LearnerState.SUCCEEDED, LearnerState.FAILED, LearnerState.STOPPED})
+REPORTED_STATES = frozenset(
+    {LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING, LearnerState.DONE}
+)
+
+_PROGRESS_RANK = {
+    LearnerState.PENDING: 0,
+    LearnerState.DOWNLOADING: 1,
+    LearnerState.RUNNING: 2,
+    LearnerState.STORING: 3,
+    LearnerState.DONE: 4,
+    LearnerState.SUCCEEDED: 4,
+}
+_JOB_RANK = {
+    JobState.QUEUED: -1,
+    JobState.DEPLOYING: 0,
+    JobState.RECOVERING: 0,
+    JobState.RESCALING: 0,
+    JobState.DOWNLOADING: 1,
+    JobState.RUNNING: 2,
+    JobState.STORING: 3,
+}
+_JOB_STATE_AT_RANK = {1: JobState.DOWNLOADING, 2: JobState.RUNNING, 3: JobState.STORING}
+
+OOM_EXIT_CODE = 137
+
+
+class Desired(StrEnum):
+    RUN = "run"
+    HALT = "halt"
+    DELETE = "delete"
+
+
+class Action(StrEnum):
+    STOP_LEARNERS = "stop_learners"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_restarts: int = 0
+
+
+@dataclass(frozen=True)
+class LearnerView:
+    index: int
+    state: LearnerState
+    exit_code: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class JobView:
+    state: JobState
+    desired: Desired
+    learners: Sequence[LearnerView]
+    restarts: int = 0
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: JobState | None = None
+    reason: str = ""
+    actions: tuple[Action, ...] = ()
+
+
+NO_CHANGE = Decision()
+
+
+def describe_exit(exit_code: int | None, signal: str | None) -> str:
+    """A human reason for a process exit, as the node agent and the reconcile report it."""
+    if signal:
+        return f"killed by {signal}"
+    if exit_code is None:
+        return "exit status unknown"
+    if exit_code == OOM_EXIT_CODE:
+        return f"exit code {exit_code} (likely out of memory)"
+    if exit_code > 128 and exit_code - 128 < signals.NSIG:
+        return f"exit code {exit_code} (killed by {signals.Signals(exit_code - 128).name})"
+    return f"exit code {exit_code}"
+
+
+def learner_after_exit(
+    previous: LearnerState,
+    desired: Desired,
+    exit_code: int | None,
+    signal: str | None,
+    reason: str = "",
+) -> tuple[LearnerState, str]:
+    """The final state of a learner whose process ended, and why."""
+    why = reason or describe_exit(exit_code, signal)
+    if desired is not Desired.RUN:
+        return LearnerState.STOPPED, f"stopped ({why})"
+    if exit_code == 0 and not signal:
+        return LearnerState.SUCCEEDED, "exit code 0"
+    # The node agent cannot know the exit code of a learner it re-adopted after a restart;
+    # the runner's own DONE report then vouches for it.
+    if exit_code is None and not signal and previous is LearnerState.DONE:
+        return LearnerState.SUCCEEDED, "finished (exit status unknown)"
+    return LearnerState.FAILED, why
+
+
+def learner_after_status(previous: LearnerState, reported: LearnerState) -> LearnerState | None:
+    """The new learner state for a status report, or None to ignore it (stale, or final)."""
+    if previous in FINISHED or reported not in REPORTED_STATES:
+        return None
+    if _PROGRESS_RANK[reported] <= _PROGRESS_RANK[previous]:
+        return None
+    return reported
+
+
+def decide(job: JobView) -> Decision:
+    """The state a job should move to, and what to do, given its learners."""
+    if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.HALTED, JobState.QUEUED):
+        return NO_CHANGE
+    if job.desired is Desired.DELETE:
+        return NO_CHANGE
+    learners = job.learners
+    if job.desired is Desired.HALT:
+        if all(learner.state in FINISHED for learner in learners):
+            return Decision(JobState.HALTED, "halted by user")
+        return NO_CHANGE
+    failed = [learner for learner in learners if learner.state is LearnerState.FAILED]
+    if failed:
+        return _on_failure(job, failed[0])
+    if learners and all(learner.state is LearnerState.SUCCEEDED for learner in learners):
+        count = len(learners)
+        noun = "learner" if count == 1 else "learners"
+        return Decision(
+            JobState.COMPLETED,
+            f"training finished: {count} {noun} exited 0",
+            (Action.STOP_LEARNERS,),
+        )
+    return _progress(job)
+
+
+def _on_failure(job: JobView, failed: LearnerView) -> Decision:
+    reason = f"learner {failed.index} failed: {failed.reason or 'unknown cause'}"
+    if job.restarts < job.policy.max_restarts:
+        # Restarting from the newest checkpoint is decided here once RECOVERING is built.
+        pass
+    return Decision(JobState.FAILED, reason, (Action.STOP_LEARNERS,))
+
+
+def _progress(job: JobView) -> Decision:
+    current = _JOB_RANK.get(job.state)
+    if current is None or not job.learners:
+        return NO_CHANGE
+    ranks = [_PROGRESS_RANK.get(learner.state, 0) for learner in job.learners]
+    target_rank = min(max(min(ranks), 1 if max(ranks) >= 1 else 0), 3)
+    if target_rank <= current:
+        return NO_CHANGE
+    target = _JOB_STATE_AT_RANK[target_rank]
+    return Decision(target, _progress_reason(target, len(job.learners)))
+
+
+def _progress_reason(target: JobState, count: int) -> str:
+    if target is JobState.DOWNLOADING:
+        return "learners are fetching the model and data"
+    if target is JobState.RUNNING:
+        return "training" if count == 1 else f"training on {count} learners"
+    return "storing results"
+
+
+@dataclass(frozen=True)
+class ClusterLearner:
+    """What the cluster shows of one learner of the job's current attempt."""
+
+    index: int
+    finished: bool
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the cluster shows that no event reported (for the reconcile)."""
+
+    exits: tuple[ClusterLearner, ...] = ()  # finished learners whose rows are still active
+    vanished: tuple[int, ...] = ()  # learners the cluster lost
+    not_created: tuple[int, ...] = ()  # learners of a deploying job still to be created
+
+
+def observe_cluster(
+    job: JobView, cluster: Sequence[ClusterLearner], *, age: float, grace: float
+) -> Observation:
+    """Compare a running job's learner rows with the cluster.
+
+    A learner that never reported is given `grace` seconds from the job's last change (`age`)
+    to appear, since it may be being created right now; after that a deploying job is
+    deployed again (creation is idempotent) and a later one has lost it.
+    """
+    if job.desired is not Desired.RUN or job.state in (JobState.QUEUED, JobState.HALTED):
+        return Observation()
+    if job.state not in _JOB_RANK:
+        return Observation()
+    present = {learner.index: learner for learner in cluster}
+    exits: list[ClusterLearner] = []
+    vanished: list[int] = []
+    not_created: list[int] = []
+    for row in job.learners:
+        if row.state in FINISHED:
+            continue
+        seen = present.get(row.index)
+        if seen is not None:
+            if seen.finished:
+                exits.append(seen)
+        elif row.state is not LearnerState.PENDING:
+            vanished.append(row.index)
+        elif age >= grace:
+            (not_created if job.state is JobState.DEPLOYING else vanished).append(row.index)
+    return Observation(tuple(exits), tuple(vanished), tuple(not_created))
+
+
+def all_vanished(job: JobView, observation: Observation) -> bool:
+    """Whether every learner still expected to run is gone without a recorded exit."""
+    active = [row.index for row in job.learners if row.state not in FINISHED]
+    return bool(active) and set(active) <= set(observation.vanished)
