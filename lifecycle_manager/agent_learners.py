@@ -1,0 +1,415 @@
+"""The node agent's learner table: start, reap, stop and remember learner processes.
+
+Each learner is the runner started in a process group of its own, in its own working
+directory. A thread per learner waits for it and reports its exit at once through
+`on_exit`. The table is kept on disk, so an agent started again re-adopts the processes
+that are still alive (the same pid with the same start time) and marks the others failed.
+
+```
+ PUT --> Running --(exit 0)--> Succeeded
+            |    --(exit != 0, signal)--> Failed        DELETE: SIGTERM the group,
+            |                                            SIGKILL after the grace, then
+            +--(gone while the agent was down)--> Failed forget the learner
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
+from lifecycle_manager.job_progress import describe_exit
+
+log = logging.getLogger(__name__)
+
+WORK_SUBDIRS = {
+    "MODEL_DIR": "model",
+    "DATA_DIR": "data",
+    "RESULT_DIR": "result",
+    "LOG_DIR": "logs",
+    "CHECKPOINT_DIR": "checkpoints",
+}
+RUNNER_LOG = "runner.log"
+# Variables of the agent's own environment a learner inherits; everything else it gets
+# from its spec, as a pod gets only what its manifest says.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
+OPEN_FILES_LIMIT = 65536
+# The memory limit is on the data segment of each process (RLIMIT_DATA), not on address
+# space (RLIMIT_AS): PyTorch and glibc reserve far more address space than they use. It is
+# a guard against a runaway process, with headroom, not an exact cgroup-style limit.
+DATA_LIMIT_FACTOR = 2
+MIN_DATA_LIMIT = 2 << 30
+
+ExitCallback = Callable[["LearnerRecord"], bool]
+
+
+@dataclass
+class LearnerRecord:
+    name: str
+    job: str
+    learner: int
+    attempt: int
+    num_learners: int
+    workdir: str
+    master_port: int
+    pid: int | None = None
+    start_ticks: int | None = None
+    phase: str = LearnerPhase.PENDING.value
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str = ""
+    deleting: bool = False
+    reported: bool = False  # whether the exit reached the event stream
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (LearnerPhase.SUCCEEDED.value, LearnerPhase.FAILED.value)
+
+    def public(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("start_ticks")
+        return data
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of a process in clock ticks since boot, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LearnerTable:
+    def __init__(
+        self,
+        root: Path,
+        on_exit: ExitCallback,
+        *,
+        grace: float = 30.0,
+        keep_workdirs: bool = False,
+    ) -> None:
+        self.root = root
+        self.on_exit = on_exit
+        self.grace = grace
+        self.keep_workdirs = keep_workdirs
+        self._state_file = root / "agent-learners.json"
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._records: dict[str, LearnerRecord] = {}
+        self._ports: dict[str, int] = {}
+        self._next_cpu = 0
+        root.mkdir(parents=True, exist_ok=True)
+
+    # -- state on disk -----------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the table left by an earlier agent and re-adopt its live learners."""
+        if not self._state_file.exists():
+            return
+        data = json.loads(self._state_file.read_text())
+        with self._lock:
+            self._ports = {str(k): int(v) for k, v in data.get("ports", {}).items()}
+            for raw in data.get("learners", []):
+                record = LearnerRecord(**raw)
+                self._records[record.name] = record
+            for record in list(self._records.values()):
+                if record.finished:
+                    continue
+                alive = record.pid is not None and (
+                    process_start_ticks(record.pid) == record.start_ticks
+                )
+                if alive:
+                    log.info("re-adopting %s (pid %s)", record.name, record.pid)
+                    self._watch_adopted(record)
+                else:
+                    self._finish(
+                        record, None, None, "vanished while the node agent was down", lost=True
+                    )
+            self._save()
+
+    def _save(self) -> None:
+        data = {
+            "learners": [asdict(record) for record in self._records.values()],
+            "ports": self._ports,
+        }
+        temp = self._state_file.with_suffix(".tmp")
+        temp.write_text(json.dumps(data, indent=1))
+        os.replace(temp, self._state_file)
+
+    # -- queries -----------------------------------------------------------------------
+
+    def records(self, job: str | None = None) -> list[LearnerRecord]:
+        with self._lock:
+            return [r for r in self._records.values() if job is None or r.job == job]
+
+    def get(self, name: str) -> LearnerRecord | None:
+        with self._lock:
+            return self._records.get(name)
+
+    # -- create --------------------------------------------------------------------------
+
+    def create(self, spec: LearnerSpec) -> tuple[LearnerRecord, bool]:
+        """Start a learner unless one of that name exists; returns it and whether it is new."""
+        with self._lock:
+            existing = self._records.get(spec.name)
+            if existing is not None:
+                return existing, False
+            workdir = (
+                self.root / "jobs" / spec.job_id / f"learner-{spec.learner}" / (f"a{spec.attempt}")
+            )
+            record = LearnerRecord(
+                name=spec.name,
+                job=spec.job_id,
+                learner=spec.learner,
+                attempt=spec.attempt,
+                num_learners=spec.num_learners,
+                workdir=str(workdir),
+                master_port=self._master_port(spec.job_id, spec.attempt),
+            )
+            self._records[spec.name] = record
+            self._start(record, spec)
+            self._save()
+            return record, True
+
+    def _master_port(self, job: str, attempt: int) -> int:
+        key = f"{job}/a{attempt}"
+        if key not in self._ports:
+            self._ports[key] = free_port()
+        return self._ports[key]
+
+    def _start(self, record: LearnerRecord, spec: LearnerSpec) -> None:
+        workdir = Path(record.workdir)
+        for sub in WORK_SUBDIRS.values():
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        env = self._environment(record, spec)
+        argv = list(spec.command)
+        executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
+        if executable is None:
+            missing = argv[0] if argv else "(empty command)"
+            self._finish(record, 127, None, f"command not found: {missing}")
+            return
+        argv[0] = executable
+        with open(workdir / RUNNER_LOG, "ab") as output:
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as error:
+                self._finish(record, 126, None, f"cannot start the learner: {error}")
+                return
+        record.pid = process.pid
+        record.start_ticks = process_start_ticks(process.pid)
+        record.phase = LearnerPhase.RUNNING.value
+        self._limit(process.pid, spec.resources)
+        threading.Thread(
+            target=self._reap, args=(record, process), name=f"reap-{record.name}", daemon=True
+        ).start()
+
+    def _environment(self, record: LearnerRecord, spec: LearnerSpec) -> dict[str, str]:
+        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        # The runner is installed beside the interpreter the agent runs on.
+        interpreter_bin = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join(p for p in (interpreter_bin, env.get("PATH", "")) if p)
+        env.update(spec.env)
+        for name, sub in WORK_SUBDIRS.items():
+            env[name] = str(Path(record.workdir) / sub)
+        env["MASTER_ADDR"] = "127.0.0.1"
+        env["MASTER_PORT"] = str(record.master_port)
+        cpus = spec.resources.cpus
+        if cpus and "OMP_NUM_THREADS" not in spec.env:
+            env["OMP_NUM_THREADS"] = str(max(1, min(math.ceil(cpus), os.cpu_count() or 1)))
+        return env
+
+    def _limit(self, pid: int, limits: Resources) -> None:
+        """Apply resource limits the OS offers for a single process tree, best effort."""
+        try:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            cap = (
+                OPEN_FILES_LIMIT if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_LIMIT)
+            )
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (cap, hard))
+            if limits.memory_bytes:
+                data = max(limits.memory_bytes * DATA_LIMIT_FACTOR, MIN_DATA_LIMIT)
+                resource.prlimit(pid, resource.RLIMIT_DATA, (data, data))
+            available = sorted(os.sched_getaffinity(0))
+            if limits.cpus and math.ceil(limits.cpus) < len(available):
+                count = math.ceil(limits.cpus)
+                chosen = {available[(self._next_cpu + i) % len(available)] for i in range(count)}
+                self._next_cpu = (self._next_cpu + count) % len(available)
+                os.sched_setaffinity(pid, chosen)
+        except (OSError, ValueError) as error:
+            log.warning("could not limit learner pid %s: %s", pid, error)
+
+    # -- exits ---------------------------------------------------------------------------
+
+    def _reap(self, record: LearnerRecord, process: subprocess.Popen[bytes]) -> None:
+        status = process.wait()
+        code, signame = (None, signal.Signals(-status).name) if status < 0 else (status, None)
+        self._after_exit(record, code, signame)
+
+    def _watch_adopted(self, record: LearnerRecord) -> None:
+        """Wait for a process that is not the agent's child (its exit status is not ours)."""
+
+        def watch(pid: int) -> None:
+            try:
+                pidfd: int | None = os.pidfd_open(pid)
+            except OSError:
+                pidfd = None
+            if pidfd is not None:
+                try:
+                    if process_start_ticks(pid) == record.start_ticks:
+                        select.select([pidfd], [], [])
+                finally:
+                    os.close(pidfd)
+            while process_start_ticks(pid) == record.start_ticks:
+                time.sleep(0.1)
+            self._after_exit(record, None, None, "exit status unknown (the agent re-adopted it)")
+
+        assert record.pid is not None
+        threading.Thread(
+            target=watch, args=(record.pid,), name=f"watch-{record.name}", daemon=True
+        ).start()
+
+    def _after_exit(
+        self, record: LearnerRecord, code: int | None, signame: str | None, reason: str = ""
+    ) -> None:
+        if record.pid is not None:
+            # Like a container, a learner ends with its main process: stragglers go too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pid, signal.SIGKILL)
+        with self._lock:
+            self._finish(record, code, signame, reason)
+            if record.deleting:
+                self._forget(record)
+            self._save()
+
+    def _finish(
+        self,
+        record: LearnerRecord,
+        code: int | None,
+        signame: str | None,
+        reason: str = "",
+        *,
+        lost: bool = False,
+    ) -> None:
+        record.exit_code = code
+        record.signal = signame
+        if reason:
+            record.reason = reason
+        elif record.deleting:
+            record.reason = f"{describe_exit(code, signame)} (deleted)"
+        else:
+            record.reason = describe_exit(code, signame)
+        succeeded = code == 0 and signame is None and not lost
+        record.phase = (LearnerPhase.SUCCEEDED if succeeded else LearnerPhase.FAILED).value
+        record.finished_at = time.time()
+        record.reported = self._report(record)
+        self._changed.notify_all()
+
+    def _report(self, record: LearnerRecord) -> bool:
+        try:
+            return self.on_exit(record)
+        except Exception:
+            log.exception("could not report the exit of %s", record.name)
+            return False
+
+    def report_pending(self) -> None:
+        """Report again the exits that could not be reported when they happened."""
+        with self._lock:
+            pending = [r for r in self._records.values() if r.finished and not r.reported]
+            for record in pending:
+                record.reported = self._report(record)
+            if pending:
+                self._save()
+
+    # -- delete --------------------------------------------------------------------------
+
+    def delete(self, names: Iterable[str], *, grace: float | None = None) -> list[str]:
+        """Stop learners: SIGTERM now, SIGKILL after the grace; forget them once dead."""
+        grace = self.grace if grace is None else grace
+        targeted = []
+        with self._lock:
+            for name in names:
+                record = self._records.get(name)
+                if record is None:
+                    continue
+                targeted.append(name)
+                if record.deleting:
+                    continue
+                record.deleting = True
+                if record.finished or record.pid is None:
+                    self._forget(record)
+                    continue
+                self._signal(record, signal.SIGTERM)
+                timer = threading.Timer(grace, self._signal, args=(record, signal.SIGKILL))
+                timer.daemon = True
+                timer.start()
+            self._save()
+        return targeted
+
+    def wait_gone(self, names: Iterable[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        wanted = set(names)
+        with self._lock:
+            while wanted & set(self._records):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    def _signal(self, record: LearnerRecord, sig: signal.Signals) -> None:
+        if record.pid is None or record.finished:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.pid, sig)
+
+    def _forget(self, record: LearnerRecord) -> None:
+        self._records.pop(record.name, None)
+        port_key = f"{record.job}/a{record.attempt}"
+        if not any(f"{r.job}/a{r.attempt}" == port_key for r in self._records.values()):
+            self._ports.pop(port_key, None)
+        if not self.keep_workdirs:
+            workdir = Path(record.workdir)
+            shutil.rmtree(workdir, ignore_errors=True)
+            for parent in (workdir.parent, workdir.parent.parent):
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+        self._changed.notify_all()

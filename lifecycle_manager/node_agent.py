@@ -1,0 +1,171 @@
+"""The node agent: the local stand-in for a kubelet, owning the learner processes of a machine.
+
+    python -m lifecycle_manager.node_agent [--host 127.0.0.1] [--port 8471] --root DIR
+        [--grace 30] [--keep-workdirs]
+
+Environment: `DLAAS_REDIS_URL` (where learner exits are reported, stream
+`dlaas:learner-events`). The agent outlives lifecycle-manager workers; started again, it
+re-adopts the learners it started before.
+
+HTTP (JSON):
+- `PUT /learners/{name}` body `LearnerRequest` -> 201 started, 200 already there (idempotent)
+- `DELETE /learners/{name}?grace=S&wait=S` and `DELETE /jobs/{job}?grace=S&wait=S`: SIGTERM
+  the process group, SIGKILL after the grace; with `wait`, answer once they are gone (or the
+  wait ran out): `{"deleted": [names], "gone": bool}`
+- `GET /learners[?job=J]` -> `{"learners": [...]}`, `GET /healthz`
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import redis
+import uvicorn
+from fastapi import FastAPI, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from lifecycle_manager.agent_learners import LearnerRecord, LearnerTable
+from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
+from lifecycle_manager.learner_events import LEARNER_EVENTS_STREAM, exit_event_fields
+from storage.settings import Settings
+
+log = logging.getLogger("dlaas.node_agent")
+
+REPORT_RETRY_S = 2.0
+
+
+class ResourcesBody(BaseModel):
+    cpus: float | None = Field(default=None, gt=0)
+    memory_bytes: int | None = Field(default=None, gt=0)
+    gpus: int = Field(default=0, ge=0)
+
+
+class LearnerRequest(BaseModel):
+    job: str = Field(min_length=1, max_length=100)
+    learner: int = Field(ge=1)
+    attempt: int = Field(ge=0)
+    num_learners: int = Field(ge=1)
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: ResourcesBody = Field(default_factory=ResourcesBody)
+
+    def spec(self) -> LearnerSpec:
+        return LearnerSpec(
+            job_id=self.job,
+            learner=self.learner,
+            attempt=self.attempt,
+            num_learners=self.num_learners,
+            command=self.command,
+            env=self.env,
+            resources=Resources(**self.resources.model_dump()),
+        )
+
+
+class ExitReporter:
+    """Publishes each learner exit to the learner-events stream."""
+
+    def __init__(self, redis_url: str) -> None:
+        self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+
+    def __call__(self, record: LearnerRecord) -> bool:
+        fields = exit_event_fields(
+            job=record.job,
+            learner=record.learner,
+            attempt=record.attempt,
+            exit_code=record.exit_code,
+            signal=record.signal,
+            reason=record.reason,
+            source="agent",
+            deleted=record.deleting,
+        )
+        self._redis.xadd(LEARNER_EVENTS_STREAM, fields)  # type: ignore[arg-type]
+        return True
+
+
+def create_app(table: LearnerTable) -> FastAPI:
+    app = FastAPI(title="dlaas node agent")
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "learners": len(table.records())}
+
+    @app.get("/learners")
+    def list_learners(job: str | None = None) -> dict[str, Any]:
+        return {"learners": [record.public() for record in table.records(job)]}
+
+    @app.put("/learners/{name}")
+    def put_learner(name: str, body: LearnerRequest, response: Response) -> Any:
+        expected = learner_name(body.job, body.learner, body.attempt)
+        if name != expected:
+            return JSONResponse(
+                {"error": "invalid", "detail": f"name: a learner of this body is {expected}"},
+                status_code=422,
+            )
+        record, created = table.create(body.spec())
+        response.status_code = 201 if created else 200
+        return record.public()
+
+    @app.delete("/learners/{name}")
+    def delete_learner(
+        name: str,
+        grace: Annotated[float | None, Query(ge=0)] = None,
+        wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
+    ) -> dict[str, Any]:
+        return _delete(table, [name], grace, wait)
+
+    @app.delete("/jobs/{job}")
+    def delete_job(
+        job: str,
+        grace: Annotated[float | None, Query(ge=0)] = None,
+        wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
+    ) -> dict[str, Any]:
+        return _delete(table, [record.name for record in table.records(job)], grace, wait)
+
+    return app
+
+
+def _delete(
+    table: LearnerTable, names: list[str], grace: float | None, wait: float
+) -> dict[str, Any]:
+    deleted = table.delete(names, grace=grace)
+    gone = table.wait_gone(deleted, wait) if wait else not any(table.get(n) for n in deleted)
+    return {"deleted": deleted, "gone": gone}
+
+
+def _retry_reports(table: LearnerTable, stop: threading.Event) -> None:
+    while not stop.wait(REPORT_RETRY_S):
+        table.report_pending()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.node_agent")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8471)
+    parser.add_argument("--root", type=Path, required=True, help="learner working directories")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to KILL")
+    parser.add_argument("--keep-workdirs", action="store_true", help="keep deleted learners' dirs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings()
+    table = LearnerTable(
+        args.root.resolve(),
+        ExitReporter(settings.redis_url),
+        grace=args.grace,
+        keep_workdirs=args.keep_workdirs,
+    )
+    table.load()
+    stop = threading.Event()
+    threading.Thread(target=_retry_reports, args=(table, stop), daemon=True).start()
+    try:
+        uvicorn.run(create_app(table), host=args.host, port=args.port, log_level="warning")
+    finally:
+        stop.set()
+
+
+if __name__ == "__main__":
+    main()
