@@ -1,0 +1,168 @@
+"""Logs: SSE parsing, reconnecting with Last-Event-ID, and `dlaas logs` output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.client import DlaasClient, DlaasConnectionError
+from cli.sse import SseEvent, parse_sse
+from tests.unit.test_cli_stub_api import TOKEN, StubServer, invoke, make_job, running_stub
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLAAS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DLAAS_URL", raising=False)
+    monkeypatch.delenv("DLAAS_TOKEN", raising=False)
+
+
+@pytest.fixture
+def stub() -> Iterator[StubServer]:
+    with running_stub() as server:
+        yield server
+
+
+def line(n: int, learner: int, text: str) -> tuple[str, None, dict]:
+    return (f"{n}-0", None, {"learner": learner, "line": text, "time": 1.0 + n})
+
+
+def end(state: str) -> tuple[None, str, dict]:
+    return (None, "end", {"state": state})
+
+
+def test_parse_sse_fields_comments_and_multiline_data() -> None:
+    raw = [
+        ": comment",
+        "id: 1-0",
+        'data: {"a": 1}',
+        "",
+        "event: end",
+        "data: first",
+        "data:second",
+        "retry: 300",
+        "",
+        "data: unterminated",
+    ]
+    assert list(parse_sse(raw)) == [
+        SseEvent("message", '{"a": 1}', "1-0"),
+        SseEvent("end", "first\nsecond", "1-0", 300),
+    ]
+
+
+def test_parse_sse_ignores_blocks_without_data() -> None:
+    assert list(parse_sse(["id: 5", "", "event: ping", "", "data: x", ""])) == [
+        SseEvent("message", "x", "5")
+    ]
+
+
+def test_reconnects_after_a_dropped_stream_with_last_event_id(stub: StubServer) -> None:
+    job_id = "training-abc"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [
+        ([line(1, 1, "one"), line(2, 1, "two")], True),
+        ([line(3, 1, "three"), end("COMPLETED")], False),
+    ]
+    delays: list[float] = []
+    with DlaasClient(stub.url, TOKEN, sleep=delays.append) as client:
+        events = list(client.iter_log_events(job_id, follow=True))
+    assert [e.get("line") for e in events] == ["one", "two", "three", None]
+    assert events[-1] == {"event": "end", "state": "COMPLETED"}
+    calls = stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")
+    assert len(calls) == 2
+    assert "Last-Event-ID" not in calls[0].headers
+    assert calls[1].headers["Last-Event-ID"] == "2-0"
+    assert calls[1].query["follow"] == ["true"]
+    assert len(delays) == 1
+
+
+def test_a_cleanly_closed_follow_stream_without_end_is_reopened(stub: StubServer) -> None:
+    job_id = "training-abc"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [
+        ([line(7, 1, "seven")], False),
+        ([], False),
+        ([end("FAILED")], False),
+    ]
+    with DlaasClient(stub.url, TOKEN, sleep=lambda _: None) as client:
+        events = list(client.iter_log_events(job_id, follow=True))
+    assert [e["event"] for e in events] == ["line", "end"]
+    calls = stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")
+    assert [c.headers.get("Last-Event-ID") for c in calls] == [None, "7-0", "7-0"]
+
+
+def test_gives_up_after_bounded_reconnects(stub: StubServer) -> None:
+    job_id = "training-abc"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [([], True)] * 10
+    with (
+        DlaasClient(stub.url, TOKEN, sleep=lambda _: None, max_reconnects=3) as client,
+        pytest.raises(DlaasConnectionError, match="after 3 reconnects"),
+    ):
+        list(client.iter_log_events(job_id, follow=True))
+    assert len(stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")) == 4
+
+
+def test_logs_follow_prefixes_learners_and_exits_with_the_outcome(stub: StubServer) -> None:
+    job_id = "training-two"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING", learners=2)
+    stub.stub.sse_sessions[job_id] = [
+        ([line(1, 1, "epoch 1"), line(2, 2, "epoch 1 [rank 1]"), end("COMPLETED")], False)
+    ]
+    result = invoke(stub, "logs", job_id, "--follow")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["[1] epoch 1", "[2] epoch 1 [rank 1]"]
+
+    stub.stub.sse_sessions[job_id] = [([line(3, 1, "boom"), end("FAILED")], False)]
+    stub.stub.jobs[job_id]["reason"] = "learner 1 exited with code 3"
+    result = invoke(stub, "logs", job_id, "-f")
+    assert result.exit_code == 1
+    assert result.stdout == "[1] boom\n"
+    assert "FAILED" in result.stderr and "learner 1 exited with code 3" in result.stderr
+
+
+def test_logs_single_learner_lines_are_not_prefixed(stub: StubServer) -> None:
+    job_id = "training-one"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [([line(1, 1, "[not markup] 50%"), end("COMPLETED")], False)]
+    result = invoke(stub, "logs", job_id, "--follow")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "[not markup] 50%\n"
+
+
+def test_logs_without_follow_fetches_each_learner(stub: StubServer) -> None:
+    job_id = "training-two"
+    stub.stub.jobs[job_id] = make_job(job_id, "COMPLETED", learners=2)
+    stub.stub.text_logs[job_id] = {1: "a\nb\n", 2: "c\n", None: "a\nb\nc\n"}
+    result = invoke(stub, "logs", job_id)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["[1] a", "[1] b", "[2] c"]
+
+    result = invoke(stub, "logs", job_id, "--learner", "2")
+    assert result.stdout == "c\n"
+    calls = stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")
+    assert calls[-1].query == {"follow": ["false"], "learner": ["2"]}
+
+
+def test_logs_learner_out_of_range_is_refused(stub: StubServer) -> None:
+    stub.stub.jobs["training-one"] = make_job("training-one")
+    result = invoke(stub, "logs", "training-one", "--learner", "3")
+    assert result.exit_code == 1
+    assert "--learner 3" in result.stderr
+    assert not stub.stub.requests("GET", "/v2/jobs/training-one/logs")
+
+
+def test_logs_json_is_one_object_per_line(stub: StubServer) -> None:
+    job_id = "training-one"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [([line(1, 1, "hello"), end("COMPLETED")], False)]
+    result = invoke(stub, "--output", "json", "logs", job_id, "--follow")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(text) for text in result.stdout.splitlines()]
+    assert rows == [
+        {"event": "line", "learner": 1, "line": "hello", "time": 2.0},
+        {"event": "end", "state": "COMPLETED"},
+    ]
