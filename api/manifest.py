@@ -1,0 +1,618 @@
+"""The job manifest: FfDL's `manifest.yml` as is, plus dlaas's own blocks.
+
+FfDL fields (name, description, version, learners, gpus, cpus, memory, data_stores, framework,
+evaluation_metrics, and anything else FfDL accepted) are read leniently: unknown keys are kept.
+dlaas's blocks (checkpoint, restart_policy, parameter_server, elastic, environment) are strict.
+
+`parse_manifest` is the one entry point for untrusted text: it never lets a YAML or pydantic
+exception escape; every refusal is an `Invalid` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from api.errors import Invalid
+
+MAX_MANIFEST_BYTES = 64 * 1024
+MAX_LEARNERS = 64
+MAX_NODES = 5_000
+MAX_DEPTH = 24
+MAX_REGEX_CHARS = 2_000
+
+RESERVED_ENV = frozenset(
+    {
+        "DATA_DIR",
+        "MODEL_DIR",
+        "RESULT_DIR",
+        "LOG_DIR",
+        "CHECKPOINT_DIR",
+        "JOB_STATE_DIR",
+        "TRAINING_ID",
+        "LEARNER_ID",
+        "NUM_LEARNERS",
+        "GPU_COUNT",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "PYTHONUNBUFFERED",
+    }
+)
+RESERVED_ENV_PREFIX = "DLAAS_"
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SECRET_KEY = re.compile(r"pass(word|wd)?|secret|token|api_?key|private_?key|credential", re.I)
+
+
+# --- memory -------------------------------------------------------------------------------
+
+_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*\Z")
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "ti": 1024**4,
+    "tib": 1024**4,
+}
+MEMORY_FORMS = (
+    "a whole number of bytes, or a number with a unit: 512Mi, 1000MiB, 1.5GiB (1024-based) "
+    "or 100MB, 1Gb, 2G (1000-based)"
+)
+
+
+def parse_memory(value: object) -> int:
+    """'1Gb' -> 10**9, '512Mi' -> 512 * 2**20, 2048 -> 2048. ValueError on anything else."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be {MEMORY_FORMS}")
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, float) and value.is_integer():
+        result = int(value)
+    elif isinstance(value, str):
+        match = _MEMORY_RE.match(value)
+        unit = _MEMORY_UNITS.get(match.group(2).lower()) if match else None
+        if match is None or unit is None:
+            raise ValueError(f"{_show(value)} is not understood; use {MEMORY_FORMS}")
+        result = round(float(match.group(1)) * unit)
+    else:
+        raise ValueError(f"must be {MEMORY_FORMS}")
+    if result <= 0:
+        raise ValueError(f"must be more than 0 bytes; use {MEMORY_FORMS}")
+    return result
+
+
+# --- small field types --------------------------------------------------------------------
+
+
+def _show(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _scalar_to_str(value: object) -> object:
+    """YAML reads `version: 1.0` as a float and `version: 2018-01-02` as a date: keep text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError("must be printable text on one line (no tabs, newlines or control codes)")
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_scalar_to_str)]
+Name = Annotated[
+    str,
+    BeforeValidator(_scalar_to_str),
+    Field(min_length=1, max_length=100),
+    AfterValidator(_printable),
+]
+Memory = Annotated[int, BeforeValidator(parse_memory)]
+
+
+class _Lenient(BaseModel):
+    """FfDL blocks: unknown keys are kept as they are."""
+
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, allow_inf_nan=False, str_strip_whitespace=True
+    )
+
+
+class _Strict(BaseModel):
+    """dlaas blocks: unknown keys are refused (a typo should not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# --- FfDL blocks --------------------------------------------------------------------------
+
+
+class StorageContainer(_Lenient):
+    container: Annotated[Text, Field(min_length=1, max_length=255)]
+
+
+class DataStore(_Lenient):
+    id: Annotated[Text, Field(min_length=1, max_length=100)]
+    type: Annotated[Text, Field(min_length=1, max_length=100)] = "mount_cos"
+    training_data: StorageContainer
+    training_results: StorageContainer | None = None
+    connection: dict[str, Text] | None = None
+
+
+class Framework(_Lenient):
+    name: Text | None = None
+    version: Text | None = None
+    image_tag: Text | None = None
+    command: Annotated[Text, Field(min_length=1, max_length=16_384)]
+
+
+def _compile(regex: str) -> re.Pattern[str]:
+    if len(regex) > MAX_REGEX_CHARS:
+        raise PydanticCustomError(
+            "regex", "regex is longer than {limit} characters", {"limit": MAX_REGEX_CHARS}
+        )
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise PydanticCustomError(
+            "regex",
+            "regex does not compile: {problem}; write a Python regular expression, "
+            "e.g. 'loss=(?P<loss>[0-9.eE+-]+)'",
+            {"problem": str(exc)},
+        ) from None
+
+
+def _native_regex(regex: str) -> str:
+    if not _compile(regex).groupindex:
+        raise PydanticCustomError(
+            "regex",
+            "regex names no group, so it yields no metric; name each value it captures, "
+            "e.g. 'loss=(?P<loss>[0-9.eE+-]+)'",
+        )
+    return regex
+
+
+def _one_or_many(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+NativeRegex = Annotated[str, AfterValidator(_native_regex)]
+
+
+class MetricGroup(_Lenient):
+    """FfDL's regex extractor group: `regex` plus `meta`, `scalars`, `etimes` kept as given."""
+
+    regex: str | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value)
+        return value
+
+
+class EvaluationMetrics(_Lenient):
+    type: Text | None = None
+    in_: Text | None = Field(default=None, alias="in")
+    image_tag: Text | None = None
+    line_lookahead: Annotated[int, Field(ge=0, le=1000)] | None = None
+    groups: dict[str, MetricGroup] | None = None
+    groupDicts: dict[str, MetricGroup] | None = None  # FfDL's spelling
+    regex: Annotated[list[NativeRegex], BeforeValidator(_one_or_many)] | None = None
+
+
+# --- dlaas blocks -------------------------------------------------------------------------
+
+
+class Checkpoint(_Strict):
+    interval_s: Annotated[float, Field(gt=0, le=86_400)] = 30.0
+    keep: Annotated[int, Field(ge=1, le=100)] = 2
+
+
+class RestartPolicy(_Strict):
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    backoff_s: Annotated[float, Field(ge=0, le=3_600)] = 1.0
+    backoff_max_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RestartPolicy:
+        if self.backoff_max_s < self.backoff_s:
+            raise PydanticCustomError(
+                "restart_policy",
+                "backoff_max_s ({max}) is below backoff_s ({min}); make backoff_max_s at least "
+                "backoff_s",
+                {"max": self.backoff_max_s, "min": self.backoff_s, "subpath": "backoff_max_s"},
+            )
+        return self
+
+
+class ParameterServer(_Strict):
+    mode: Literal["async", "sync", "bounded"] = "async"
+    staleness: Annotated[int, Field(ge=0, le=10_000)] | None = None
+
+    @model_validator(mode="after")
+    def _staleness_for_bounded(self) -> ParameterServer:
+        if self.mode == "bounded" and self.staleness is None:
+            raise PydanticCustomError(
+                "parameter_server",
+                "mode bounded needs staleness: how many steps a learner may run ahead, "
+                "e.g. staleness: 4",
+                {"subpath": "staleness"},
+            )
+        if self.mode != "bounded" and self.staleness is not None:
+            raise PydanticCustomError(
+                "parameter_server",
+                "staleness applies only to mode: bounded; remove it or set mode: bounded",
+                {"subpath": "staleness"},
+            )
+        return self
+
+
+class Elastic(_Strict):
+    min_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
+    max_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Elastic:
+        if self.max_learners is not None and self.max_learners < self.min_learners:
+            raise PydanticCustomError(
+                "elastic",
+                "max_learners ({max}) is below min_learners ({min}); make max_learners at least "
+                "min_learners",
+                {"max": self.max_learners, "min": self.min_learners, "subpath": "max_learners"},
+            )
+        return self
+
+
+def _check_environment(env: dict[str, str]) -> dict[str, str]:
+    if len(env) > 200:
+        raise PydanticCustomError("environment", "more than 200 variables; keep it to 200")
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise PydanticCustomError(
+                "environment",
+                "{name} is not a variable name; use letters, digits and _, not starting with "
+                "a digit",
+                {"name": _show(name), "subpath": name},
+            )
+        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+            raise PydanticCustomError(
+                "environment",
+                "{name} is set by dlaas for every learner and cannot be overridden; remove it "
+                "(or rename it) and read dlaas's value in your program",
+                {"name": name, "subpath": name},
+            )
+        if len(value) > 16_384 or "\x00" in value:
+            raise PydanticCustomError(
+                "environment",
+                "value of {name} is too long or holds a NUL byte; keep it under 16 KiB of text",
+                {"name": name, "subpath": name},
+            )
+    return env
+
+
+# --- the manifest -------------------------------------------------------------------------
+
+
+class Manifest(_Lenient):
+    name: Name = "job"
+    description: Annotated[Text, Field(max_length=10_000)] | None = None
+    version: Annotated[Text, Field(max_length=100)] | None = None
+    learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    cpus: Annotated[float, Field(gt=0, le=1024)] = 1.0
+    memory: Memory = 1000**3
+    storage: Memory | None = None
+    data_stores: list[DataStore] | None = None
+    framework: Framework
+    evaluation_metrics: EvaluationMetrics | None = None
+
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
+    parameter_server: ParameterServer | None = None
+    elastic: Elastic | None = None
+    environment: Annotated[dict[str, Text], AfterValidator(_check_environment)] = Field(
+        default_factory=dict
+    )
+
+    @model_validator(mode="after")
+    def _learners_within_elastic(self) -> Manifest:
+        el = self.elastic
+        if el is not None:
+            high = el.max_learners if el.max_learners is not None else MAX_LEARNERS
+            if not el.min_learners <= self.learners <= high:
+                raise PydanticCustomError(
+                    "elastic",
+                    "learners ({n}) must lie between elastic.min_learners ({min}) and "
+                    "elastic.max_learners ({max}); change learners or the elastic bounds",
+                    {
+                        "n": self.learners,
+                        "min": el.min_learners,
+                        "max": high,
+                        "subpath": "learners",
+                    },
+                )
+        return self
+
+    def normalized(self) -> dict[str, Any]:
+        """Everything needed to run the job (credentials included), as JSON-ready data.
+
+        `Manifest.model_validate(m.normalized())` gives back an equal manifest.
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The normalized form with every password, secret, token or key removed."""
+        redacted = _redact(self.normalized())
+        assert isinstance(redacted, dict)
+        return redacted
+
+
+def _redact(value: object) -> object:
+    if isinstance(value, dict):
+        return {
+            k: _redact(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and _SECRET_KEY.search(k))
+        }
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+# --- metric patterns ----------------------------------------------------------------------
+
+
+def metric_regexes(manifest: Manifest | Mapping[str, Any]) -> list[str]:
+    """Regex strings that pull metrics out of log lines, in manifest order, without repeats.
+
+    Accepts a `Manifest` or its `normalized()` dict (so code that only holds the stored
+    manifest can call it). Sources: `evaluation_metrics.groups.*.regex` and
+    `evaluation_metrics.groupDicts.*.regex` (FfDL), `evaluation_metrics.regex` (dlaas: one
+    regex or a list), each naming the values it captures, e.g. `loss=(?P<loss>[0-9.]+)`.
+    """
+    if isinstance(manifest, Manifest):
+        em: Any = manifest.evaluation_metrics
+        em = em.model_dump(by_alias=True, exclude_none=True) if em is not None else None
+    else:
+        em = manifest.get("evaluation_metrics")
+    if not isinstance(em, Mapping):
+        return []
+    found: list[str] = []
+    for key in ("groups", "groupDicts"):
+        groups = em.get(key)
+        if isinstance(groups, Mapping):
+            for group in groups.values():
+                regex = group.get("regex") if isinstance(group, Mapping) else None
+                if isinstance(regex, str):
+                    found.append(regex)
+    native = em.get("regex")
+    if isinstance(native, str):
+        found.append(native)
+    elif isinstance(native, list):
+        found.extend(r for r in native if isinstance(r, str))
+    return list(dict.fromkeys(found))
+
+
+def metric_patterns(manifest: Manifest | Mapping[str, Any]) -> list[re.Pattern[str]]:
+    """`metric_regexes` compiled; a named group's match is the metric of that name."""
+    return [re.compile(r) for r in metric_regexes(manifest)]
+
+
+# --- parsing untrusted text ---------------------------------------------------------------
+
+_FIXES: dict[str, str] = {
+    "framework": (
+        "add a framework block, e.g. framework: {name: pytorch, command: python train.py}"
+    ),
+    "framework.command": (
+        "add framework.command: the shell command that starts training, e.g. python train.py"
+    ),
+    "learners": f"use a whole number from 1 to {MAX_LEARNERS}",
+    "gpus": "use a whole number of GPUs per learner, 0 or more",
+    "cpus": "use a number of CPUs per learner above 0, e.g. 0.5 or 2",
+    "name": "use up to 100 printable characters on one line",
+    "data_stores": (
+        "give a list of stores, each with id, type, training_data: {container: ...} and "
+        "training_results: {container: ...}"
+    ),
+    "environment": "give a mapping of NAME: value",
+    "checkpoint": "allowed keys: interval_s (seconds, > 0) and keep (how many to keep, >= 1)",
+    "restart_policy": "allowed keys: max_restarts, backoff_s, backoff_max_s",
+    "parameter_server": "allowed keys: mode (async, sync or bounded) and staleness",
+    "elastic": "allowed keys: min_learners and max_learners",
+}
+
+
+_OWN_KINDS = frozenset({"regex", "environment", "restart_policy", "parameter_server", "elastic"})
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "manifest"
+
+
+def _fix_for(path: str) -> str | None:
+    while path:
+        if path in _FIXES:
+            return _FIXES[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
+def _message(err: Mapping[str, Any]) -> tuple[str, str]:
+    loc = tuple(err["loc"])
+    ctx = err.get("ctx") or {}
+    if isinstance(ctx.get("subpath"), str):
+        loc = (*loc, ctx["subpath"])
+    path = _path(loc)
+    kind = err["type"]
+    msg: str = err["msg"]
+    if kind in _OWN_KINDS or kind == "value_error":
+        # dlaas's own messages already say what to do
+        return path, f"{path}: {msg.removeprefix('Value error, ')}"
+    if kind == "missing":
+        text = "missing"
+    elif kind == "extra_forbidden":
+        text = "is not a known field"
+    elif kind in ("too_short", "string_too_short") and ctx.get("min_length") == 1:
+        text = "is empty"
+    elif kind in ("too_long", "string_too_long") and "max_length" in ctx:
+        text = f"is longer than {ctx['max_length']} characters"
+    else:
+        text = msg[:1].lower() + msg[1:] if msg[1:2].islower() else msg
+    fix = _fix_for(path)
+    return path, f"{path}: {text}; {fix}" if fix else f"{path}: {text}"
+
+
+def _invalid_from(exc: ValidationError) -> Invalid:
+    errors = exc.errors(include_url=False, include_input=False)
+    lines = [_message(e) for e in errors[:10]]
+    field = lines[0][0] if lines else "manifest"
+    more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+    detail = "invalid manifest: " + "; ".join(text for _, text in lines) + more
+    return Invalid(detail, code="invalid_manifest", field=field)
+
+
+def _refuse(detail: str, field: str = "manifest") -> Invalid:
+    return Invalid(detail, code="invalid_manifest", field=field)
+
+
+_LEAVES = (str, int, float, bool, type(None), dt.date)
+
+
+def _check_shape(data: object) -> None:
+    """Refuse documents that would blow up later: alias bombs, deep nesting, odd types.
+
+    Walks the loaded object as a tree (aliases counted each time they are used), so a YAML
+    alias bomb is stopped after MAX_NODES nodes however small its text is.
+    """
+    stack: list[tuple[object, int, str]] = [(data, 0, "")]
+    nodes = 0
+    while stack:
+        value, depth, path = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES or depth > MAX_DEPTH:
+            raise _refuse(
+                f"manifest: expands to more than {MAX_NODES} values or nests deeper than "
+                f"{MAX_DEPTH} levels (YAML anchors/aliases count each use); write the values "
+                "out plainly"
+            )
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    where = path or "the top level"
+                    raise _refuse(
+                        f"{path or 'manifest'}: key {_show(key)} at {where} is not text; quote "
+                        "it (YAML reads yes/no/on/off, numbers and dates as non-text)",
+                        path or "manifest",
+                    )
+                stack.append((item, depth + 1, f"{path}.{key}" if path else key))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))
+        elif not isinstance(value, _LEAVES):
+            raise _refuse(
+                f"{path or 'manifest'}: holds a YAML value of type {type(value).__name__}, which "
+                "a manifest cannot use; write plain text, numbers, lists and mappings",
+                path or "manifest",
+            )
+
+
+def parse_manifest(text: bytes | str) -> Manifest:
+    """Validate an uploaded manifest. Raises `Invalid` (code `invalid_manifest`) only."""
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_MANIFEST_BYTES:
+        raise _refuse(
+            f"manifest: is {size} bytes, above the {MAX_MANIFEST_BYTES // 1024} KiB limit; "
+            "keep the manifest small and put data in the model archive or a data store"
+        )
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise _refuse(
+                f"manifest is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
+            ) from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # a safe loader, C-accelerated when available
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = exc.problem or exc.context or "syntax error"
+        raise _refuse(
+            f"manifest is not valid YAML: {where}{problem}; fix the YAML syntax"
+        ) from None
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
+        raise _refuse(
+            f"manifest is not valid YAML: {_show(str(exc), 200)}; fix the YAML syntax"
+        ) from None
+    if data is None:
+        raise _refuse("manifest is empty; give at least framework: {command: python train.py}")
+    if not isinstance(data, dict):
+        raise _refuse(
+            f"manifest must be a YAML mapping of fields (name:, framework:, ...), not a "
+            f"{_yaml_kind(data)}; start each top-level field at column 1 as `key: value`"
+        )
+    _check_shape(data)
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid_from(exc) from None
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "plain string"
+    if isinstance(value, bool):
+        return "true/false value"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
