@@ -139,10 +139,17 @@ def _printable(value: str) -> str:
     return value
 
 
+def _strip(value: object) -> object:
+    return value.strip() if isinstance(value, str) else value
+
+
 Text = Annotated[str, BeforeValidator(_scalar_to_str)]
+# text whose surrounding whitespace means nothing (YAML's folded `>` adds a final newline)
+Trimmed = Annotated[str, BeforeValidator(_scalar_to_str), BeforeValidator(_strip)]
 Name = Annotated[
     str,
     BeforeValidator(_scalar_to_str),
+    BeforeValidator(_strip),
     Field(min_length=1, max_length=100),
     AfterValidator(_printable),
 ]
@@ -152,9 +159,7 @@ Memory = Annotated[int, BeforeValidator(parse_memory)]
 class _Lenient(BaseModel):
     """FfDL blocks: unknown keys are kept as they are."""
 
-    model_config = ConfigDict(
-        extra="allow", populate_by_name=True, allow_inf_nan=False, str_strip_whitespace=True
-    )
+    model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
 
 class _Strict(BaseModel):
@@ -182,7 +187,7 @@ class Framework(_Lenient):
     name: Text | None = None
     version: Text | None = None
     image_tag: Text | None = None
-    command: Annotated[Text, Field(min_length=1, max_length=16_384)]
+    command: Annotated[Trimmed, Field(min_length=1, max_length=16_384)]
 
 
 def _compile(regex: str) -> re.Pattern[str]:

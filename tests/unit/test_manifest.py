@@ -553,3 +553,13 @@ def test_metric_refusals(extra: str, field: str, words: str) -> None:
 def test_ffdl_group_without_named_groups_is_kept() -> None:
     m = parse_manifest(with_minimal("evaluation_metrics: {groups: {g: {regex: 'epoch \\d+'}}}\n"))
     assert metric_regexes(m) == [r"epoch \d+"]
+
+
+def test_only_command_and_name_are_trimmed() -> None:
+    m = parse_manifest(
+        "name: ' job '\nframework: {command: '  python x.py  '}\n"
+        "environment: {A: ' a '}\n"
+        "data_stores: [{id: s, training_data: {container: c}, connection: {password: ' p '}}]\n"
+    )
+    assert (m.name, m.framework.command, m.environment["A"]) == ("job", "python x.py", " a ")
+    assert m.data_stores is not None and m.data_stores[0].connection == {"password": " p "}
