@@ -196,7 +196,11 @@ class DlaasClient:
     # -- logs -------------------------------------------------------------------------------
 
     def iter_log_events(
-        self, job_id: str, follow: bool = False, learner: int | None = None
+        self,
+        job_id: str,
+        follow: bool = False,
+        learner: int | None = None,
+        on_reconnect: Callable[[str], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield the job's log events from `GET /v2/jobs/{id}/logs`.
 
@@ -205,7 +209,8 @@ class DlaasClient:
         through as `{"event": name, ...data}`. A dropped connection is reopened with the
         `Last-Event-ID` of the last event received, so no line is lost or repeated. A plain
         text answer (the non-follow form) is yielded line by line, `learner` being the one
-        asked for (None when all learners' lines come mixed).
+        asked for (None when all learners' lines come mixed). `on_reconnect` hears why the
+        stream is being reopened.
         """
         params: dict[str, str] = {"follow": "true" if follow else "false"}
         if learner is not None:
@@ -250,6 +255,8 @@ class DlaasClient:
                 raise DlaasConnectionError(
                     self.url, f"log stream lost after {self.max_reconnects} reconnects ({reason})"
                 )
+            if on_reconnect is not None:
+                on_reconnect(reason)
             self._sleep(min(self.reconnect_delay * 2 ** (failures - 1), 10.0))
 
     # -- plumbing ---------------------------------------------------------------------------

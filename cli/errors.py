@@ -59,9 +59,8 @@ def describe_api_error(exc: ApiError) -> str:
             return f"no data container {data.group(1)}: upload with `dlaas data upload`"
         return f"not found: {detail or f'{exc.method} {exc.path}'}"
     if exc.status >= 500:
-        return (
-            f"dlaas server error {exc.status} on {exc.method} {exc.path}: "
-            f"{detail or exc.code}; this is a bug in dlaas, see the server log"
-        )
+        hint = "" if "log" in detail else "; this is a bug in dlaas, see the server log"
+        where = f"{exc.method} {exc.path}"
+        return f"dlaas server error {exc.status} on {where}: {detail or exc.code}{hint}"
     prefix = f"{exc.field}: " if exc.field and exc.field not in detail else ""
     return f"{prefix}{detail or exc.code} ({exc.status} {exc.code})"

@@ -51,8 +51,11 @@ def stream_logs(
     if learner is not None and not 1 <= learner <= learners:
         raise CliError(f"--learner {learner}: job {job_id} has learners 1..{learners}")
     prefixed = learner is None and learners > 1
+    notices = Notices()
     if follow or not prefixed:
-        events = client.iter_log_events(job_id, follow=follow, learner=learner)
+        events = client.iter_log_events(
+            job_id, follow=follow, learner=learner, on_reconnect=notices.reconnecting
+        )
     else:
         events = _each_learner(client, job_id, learners)
     if inv.json:
@@ -63,8 +66,22 @@ def stream_logs(
                 final = _state(event)
         return final
     if follow and sys.stdout.isatty():
-        return _follow_live(inv, job_id, job, events, prefixed)
+        return _follow_live(inv, job_id, job, events, prefixed, notices)
     return _print_plain(events, prefixed)
+
+
+class Notices:
+    """Remarks made while following: on stderr, or above the live status line when shown."""
+
+    def __init__(self) -> None:
+        self.live: Live | None = None
+
+    def reconnecting(self, reason: str) -> None:
+        message = f"log stream interrupted ({reason}); reconnecting"
+        if self.live is not None:
+            self.live.console.print(Text(message, style="dim"), soft_wrap=True)
+        else:
+            note(message)
 
 
 def _each_learner(client: DlaasClient, job_id: str, learners: int) -> Iterator[dict[str, Any]]:
@@ -89,6 +106,7 @@ def _follow_live(
     job: dict[str, Any],
     events: Iterator[dict[str, Any]],
     prefixed: bool,
+    notices: Notices,
 ) -> str | None:
     status = JobStatus(job_id, str(job.get("state", "")))
     poller = StatusPoller(inv, status)
@@ -104,6 +122,7 @@ def _follow_live(
             redirect_stdout=False,
             redirect_stderr=False,
         ) as live:
+            notices.live = live
             for event in events:
                 if event.get("event") == "line":
                     live.console.print(Text(format_line(event, prefixed)), soft_wrap=True)
@@ -112,6 +131,7 @@ def _follow_live(
                     status.state = final or status.state
                     break
     finally:
+        notices.live = None
         poller.stop()
     console.print(status.render())
     return final

@@ -166,3 +166,16 @@ def test_logs_json_is_one_object_per_line(stub: StubServer) -> None:
         {"event": "line", "learner": 1, "line": "hello", "time": 2.0},
         {"event": "end", "state": "COMPLETED"},
     ]
+
+
+def test_logs_follow_says_when_it_reconnects(stub: StubServer) -> None:
+    job_id = "training-one"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [
+        ([line(1, 1, "before")], True),
+        ([line(2, 1, "after"), end("COMPLETED")], False),
+    ]
+    result = invoke(stub, "logs", job_id, "--follow")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "before\nafter\n"
+    assert "log stream interrupted" in result.stderr and "reconnecting" in result.stderr
