@@ -151,14 +151,14 @@ def test_failed_write_leaves_nothing_restorable(ckpt_dir: Path) -> None:
 def test_state_dict_round_trip(ckpt_dir: Path) -> None:
     import torch
 
-    state = {"w": torch.arange(6.0).reshape(2, 3), "step": 5, "rng": torch.get_rng_state()}
-    path = sdk.save_checkpoint(state, 5)
+    weights, rng = torch.arange(6.0).reshape(2, 3), torch.get_rng_state()
+    path = sdk.save_checkpoint({"w": weights, "step": 5, "rng": rng}, 5)
     assert path is not None and (path / "state.pt").is_file()
     loaded = sdk.load_checkpoint()
     assert loaded is not None and loaded.step == 5 and loaded.path == path
     assert loaded.state is not None
-    assert torch.equal(loaded.state["w"], state["w"]) and loaded.state["step"] == 5
-    assert torch.equal(loaded.state["rng"], state["rng"])
+    assert torch.equal(loaded.state["w"], weights) and loaded.state["step"] == 5
+    assert torch.equal(loaded.state["rng"], rng)
 
 
 def test_bytes_callable_is_stored_as_is(ckpt_dir: Path) -> None:
