@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Generic, Protocol, TypeVar
+from typing import IO, Generic, Protocol, TypeVar
 
 from learner_image.metrics_parser import MetricRecord
 
@@ -39,7 +39,7 @@ def decode_line(raw: bytes) -> str:
     return text
 
 
-def read_lines(stream: BinaryIO, max_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
+def read_lines(stream: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
     """Lines of `stream` until EOF; a line longer than `max_bytes` is cut and marked."""
     while True:
         raw = stream.readline(max_bytes + 1)

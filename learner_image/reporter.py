@@ -1,0 +1,88 @@
+"""What a learner tells the control plane through Redis: events, heartbeats, logs, metrics.
+
+Key names and record encodings are `storage.streams`'; this module only sends. Publishing an
+event retries for about a second and a half (a lost event is a learner the lifecycle manager
+misjudges); log and metric batches are sent once (the durable files keep every line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import redis
+
+from storage import streams
+
+if TYPE_CHECKING:
+    from learner_image.log_tee import LogLine, TimedMetric
+
+EVENT_ATTEMPTS = 5
+CONNECT_ATTEMPTS = 3
+
+
+class Reporter:
+    def __init__(self, client: redis.Redis, job_id: str, learner: int, attempt: int) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.learner = learner
+        self.attempt = attempt
+
+    def publish(self, event: streams.LearnerEvent) -> None:
+        for tries in range(EVENT_ATTEMPTS):
+            try:
+                streams.publish_learner_event(self.client, event)
+                return
+            except redis.RedisError:
+                if tries == EVENT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * 2**tries)
+
+    def status(self, state: str) -> None:
+        self.publish(streams.status_event(self.job_id, self.learner, self.attempt, state))
+
+    def checkpoint(self, name: str) -> None:
+        self.publish(streams.checkpoint_event(self.job_id, self.learner, self.attempt, name))
+
+    def exit(self, exit_code: int, signal: str, reason: str, source: str) -> None:
+        """`source` is `command` (the user's command ended) or `runner` (the runner failed)."""
+        event = streams.exit_event(
+            self.job_id, self.learner, self.attempt, exit_code, signal, reason
+        )
+        self.publish(dataclasses.replace(event, fields={**event.fields, "source": source}))
+
+    def heartbeat(self) -> None:
+        streams.set_heartbeat(self.client, self.job_id, self.learner)
+
+    def send(self, lines: Sequence[LogLine], metrics: Sequence[TimedMetric]) -> None:
+        if lines:
+            streams.append_logs(
+                self.client,
+                self.job_id,
+                [streams.LogLine(self.learner, line.text, line.time) for line in lines],
+            )
+        if metrics:
+            streams.append_metrics(
+                self.client,
+                self.job_id,
+                [
+                    streams.MetricRecord(self.learner, m.time, m.record.step, m.record.values)
+                    for m in metrics
+                ],
+            )
+
+
+def connect(redis_url: str, job_id: str, learner: int, attempt: int) -> Reporter:
+    """A reporter on a checked connection (three tries over about a second)."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    for tries in range(CONNECT_ATTEMPTS):
+        try:
+            client.ping()
+            break
+        except redis.RedisError:
+            if tries == CONNECT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.3 * (tries + 1))
+    return Reporter(client, job_id, learner, attempt)

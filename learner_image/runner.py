@@ -1,0 +1,602 @@
+"""`dlaas-learner`: the process a cluster backend starts for each learner.
+
+Command line (every flag falls back to the environment the backend sets anyway):
+
+    dlaas-learner [--job JOB_ID] [--learner N] [--attempt A] [-- COMMAND...]
+
+- `--job` (env `TRAINING_ID`), `--learner` (env `LEARNER_ID`, 1-based, default 1),
+  `--attempt` (env `DLAAS_ATTEMPT`, default 0).
+- The user's command: the words after `--`; a single word is a shell script run as is
+  (`-- "python train.py --lr 0.1"`), several words are quoted and joined. Without `--`, env
+  `DLAAS_COMMAND`. It runs as `/bin/sh -c COMMAND` in MODEL_DIR, in its own process group.
+
+Environment read (besides the storage settings `DLAAS_*` of `storage.settings.Settings`):
+`MODEL_DIR`, `DATA_DIR`, `RESULT_DIR`, `LOG_DIR`, `CHECKPOINT_DIR` (default `model`, `data`,
+`results`, `logs`, `checkpoints` under the working directory), `NUM_LEARNERS` (default 1),
+`DLAAS_DATA_PREFIX` (object-store prefix of the training data, e.g. `data/{user}/{container}/`;
+unset or empty = no data), `DLAAS_METRIC_PATTERNS` (JSON list of regexes with named groups),
+`DLAAS_CHECKPOINT_KEEP` (default 2), `DLAAS_UPLOAD_ALL_CHECKPOINTS` (`1` = every learner
+uploads checkpoints, not only learner 1), `DLAAS_STOP_GRACE_S` (default 10). The command gets
+the runner's environment, with the directory variables made absolute, `PYTHONUNBUFFERED=1`
+unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`.
+
+What it does: status DOWNLOADING -> model archive, data and the newest committed checkpoint
+fetched in parallel -> status RUNNING -> the command runs; its merged stdout/stderr goes line
+by line to the job's Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
+`jobs/{job}/logs/learner-{n}.log` every 10 s and at the end) and through the metric parsers
+to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
+`jobs/{job}/metrics/learner-{n}.jsonl`); committed checkpoints are uploaded as they appear;
+a heartbeat every 2 s -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
+`jobs/{job}/results/`, learner n > 1 to `jobs/{job}/results/learner-{n}/`), log and metrics
+uploaded -> an `exit` event -> exit.
+
+Learner events (stream `dlaas:learner-events`, fields besides job/learner/attempt/kind):
+`status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name`;
+`exit` with `exit_code` (the runner's own exit code, below), `signal` (e.g. `SIGKILL`, or
+empty), `reason` (text for the user) and `source` (`command` when the user's command ended
+or was stopped, `runner` when the runner itself failed).
+
+Exit codes: the command's own code; 128+N when it was killed by signal N (137 = SIGKILL,
+often out of memory); 3 when the runner failed before or around the command (archive not
+fetched or unsafe, object store or Redis unreachable); the reason is also the last line
+of the job's log. SIGTERM/SIGINT to the runner are forwarded to the command's process group,
+followed by SIGKILL after `DLAAS_STOP_GRACE_S`; committed checkpoints and the log are still
+uploaded (not the results) and the exit event says `stopped by SIGTERM`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from learner_image.log_tee import LogShipper
+    from learner_image.reporter import Reporter
+    from storage.object_store import ObjectStore
+    from storage.settings import Settings
+
+EXIT_RUNNER_FAILURE = 3
+HEARTBEAT_S = 2.0
+LOG_UPLOAD_S = 10.0
+CHECKPOINT_POLL_S = 0.5
+SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
+DIR_ENV = {
+    "MODEL_DIR": "model",
+    "DATA_DIR": "data",
+    "RESULT_DIR": "results",
+    "LOG_DIR": "logs",
+    "CHECKPOINT_DIR": "checkpoints",
+}
+
+
+class RunnerFailure(Exception):
+    """The runner could not do its part; the message is the reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    job_id: str
+    learner: int
+    attempt: int
+    num_learners: int
+    command: str
+    model_dir: Path
+    data_dir: Path
+    result_dir: Path
+    log_dir: Path
+    checkpoint_dir: Path
+    data_prefix: str = ""
+    metric_patterns: str = ""
+    checkpoint_keep: int = 2
+    upload_all_checkpoints: bool = False
+    stop_grace_s: float = 10.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uploads_checkpoints(self) -> bool:
+        return self.learner == 1 or self.upload_all_checkpoints
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"learner-{self.learner}.log"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.log_dir / f"learner-{self.learner}.metrics.jsonl"
+
+    @property
+    def log_key(self) -> str:
+        return f"jobs/{self.job_id}/logs/learner-{self.learner}.log"
+
+    @property
+    def metrics_key(self) -> str:
+        return f"jobs/{self.job_id}/metrics/learner-{self.learner}.jsonl"
+
+
+def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise RunnerFailure(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise RunnerFailure(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlaas-learner",
+        description="Run one dlaas learner: fetch the model and data, run the command, "
+        "stream its logs and metrics, sync checkpoints, upload results.",
+    )
+    parser.add_argument("--job", help="job id (default: env TRAINING_ID)")
+    parser.add_argument("--learner", type=int, help="1-based learner id (default: env LEARNER_ID)")
+    parser.add_argument("--attempt", type=int, help="attempt number (default: env DLAAS_ATTEMPT)")
+    return parser
+
+
+def command_from(words: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The shell command: one word as is, several words quoted and joined, else the env."""
+    if len(words) == 1:
+        return words[0]
+    if words:
+        return shlex.join(words)
+    return environ.get("DLAAS_COMMAND", "")
+
+
+def parse_config(
+    argv: Sequence[str], environ: Mapping[str, str], cwd: Path | None = None
+) -> RunnerConfig:
+    """Build the configuration from the command line and the environment (SystemExit on a
+    bad command line, RunnerFailure on a bad environment)."""
+    argv = list(argv)
+    words: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, words = argv[:split], argv[split + 1 :]
+    args = build_parser().parse_args(argv)
+    base = cwd or Path.cwd()
+    job_id = args.job or environ.get("TRAINING_ID", "").strip()
+    if not job_id:
+        raise RunnerFailure("no job id: pass --job JOB_ID or set TRAINING_ID")
+    learner = args.learner if args.learner is not None else _int_env(environ, "LEARNER_ID", 1)
+    attempt = args.attempt if args.attempt is not None else _int_env(environ, "DLAAS_ATTEMPT", 0)
+    command = command_from(words, environ)
+    if not command.strip():
+        raise RunnerFailure("no command to run: pass it after `--` or set DLAAS_COMMAND")
+    if learner < 1:
+        raise RunnerFailure(f"learner id {learner} must be 1 or more")
+    dirs = {
+        name: (base / (environ.get(name, "").strip() or default)).absolute()
+        for name, default in DIR_ENV.items()
+    }
+    keep = _int_env(environ, "DLAAS_CHECKPOINT_KEEP", 2)
+    return RunnerConfig(
+        job_id=job_id,
+        learner=learner,
+        attempt=attempt,
+        num_learners=_int_env(environ, "NUM_LEARNERS", 1),
+        command=command,
+        model_dir=dirs["MODEL_DIR"],
+        data_dir=dirs["DATA_DIR"],
+        result_dir=dirs["RESULT_DIR"],
+        log_dir=dirs["LOG_DIR"],
+        checkpoint_dir=dirs["CHECKPOINT_DIR"],
+        data_prefix=environ.get("DLAAS_DATA_PREFIX", "").strip(),
+        metric_patterns=environ.get("DLAAS_METRIC_PATTERNS", ""),
+        checkpoint_keep=max(1, keep),
+        upload_all_checkpoints=environ.get("DLAAS_UPLOAD_ALL_CHECKPOINTS", "").strip()
+        in ("1", "true", "yes"),
+        stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
+    )
+
+
+def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in SECRET_ENV}
+    env.update(
+        MODEL_DIR=str(config.model_dir),
+        DATA_DIR=str(config.data_dir),
+        RESULT_DIR=str(config.result_dir),
+        LOG_DIR=str(config.log_dir),
+        CHECKPOINT_DIR=str(config.checkpoint_dir),
+        TRAINING_ID=config.job_id,
+        LEARNER_ID=str(config.learner),
+        NUM_LEARNERS=str(config.num_learners),
+        DLAAS_ATTEMPT=str(config.attempt),
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(config.extra_env)
+    return env
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class ExitReport:
+    exit_code: int
+    signal: str
+    reason: str
+
+
+def describe_exit(
+    returncode: int, stop_signal: int | None = None, killed_after_grace: bool = False
+) -> ExitReport:
+    """Exit code, signal name and reason for how the command ended (Popen.returncode)."""
+    if stop_signal is not None:
+        how = f"stopped by {signal_name(stop_signal)}"
+        if killed_after_grace:
+            how += " (killed with SIGKILL after the grace period)"
+        code = 128 - returncode if returncode < 0 else returncode
+        sig = signal_name(-returncode) if returncode < 0 else ""
+        return ExitReport(code, sig, how)
+    if returncode == 0:
+        return ExitReport(0, "", "the command exited with code 0")
+    if returncode < 0:
+        name = signal_name(-returncode)
+        reason = f"the command was killed by {name}"
+        if -returncode == signal.SIGKILL:
+            reason += " (possibly out of memory)"
+        return ExitReport(128 - returncode, name, reason)
+    if returncode > 128 and returncode - 128 < signal.NSIG:
+        name = signal_name(returncode - 128)
+        reason = f"the command exited with code {returncode} (killed by {name}"
+        reason += ", possibly out of memory)" if returncode == 137 else ")"
+        return ExitReport(returncode, name, reason)
+    return ExitReport(returncode, "", f"the command exited with code {returncode}")
+
+
+class Periodic:
+    """Call `fn` every `interval` seconds in a daemon thread until stopped."""
+
+    def __init__(
+        self, name: str, interval: float, fn: Callable[[], object], at_start: bool = False
+    ) -> None:
+        self._stop = threading.Event()
+        self._at_start = at_start
+        self._interval = interval
+        self._fn = fn
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self._at_start:
+            self._call()
+        while not self._stop.wait(self._interval):
+            self._call()
+
+    def _call(self) -> None:
+        try:
+            self._fn()
+        except Exception as exc:
+            print(f"dlaas-learner: {self._thread.name}: {exc}", file=sys.stderr, flush=True)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+
+class Runner:
+    def __init__(self, config: RunnerConfig, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.environ = environ
+        self.stop_signal: int | None = None
+        self.killed_after_grace = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self._kill_timer: threading.Timer | None = None
+        self.reporter: Reporter | None = None
+        self.shipper: LogShipper | None = None
+        self.store: ObjectStore | None = None
+
+    # signals -------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        first = self.stop_signal is None
+        if first:
+            self.stop_signal = signum
+        self._forward(escalate=not first)
+
+    def _forward(self, escalate: bool = False) -> None:
+        """Send the stop signal to the command's group; SIGKILL after the grace period."""
+        child = self.child
+        if child is None or child.returncode is not None or self.stop_signal is None:
+            return
+        if escalate:
+            self._kill_group()
+            return
+        _signal_group(child.pid, self.stop_signal)
+        if self._kill_timer is None:
+            self._kill_timer = threading.Timer(self.config.stop_grace_s, self._kill_group)
+            self._kill_timer.daemon = True
+            self._kill_timer.start()
+
+    def _kill_group(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            self.killed_after_grace = True
+            _signal_group(child.pid, signal.SIGKILL)
+
+    # the run -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from storage.settings import Settings
+
+        config = self.config
+        config.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            settings = Settings()
+        except ValueError as exc:
+            raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
+        self.reporter = self._connect(settings)
+        heartbeat = Periodic("dlaas-heartbeat", HEARTBEAT_S, self.reporter.heartbeat, at_start=True)
+        try:
+            self._start_shipper()
+            self.reporter.status("DOWNLOADING")
+            try:
+                self.store = _open_store(settings)
+                restored = self._prepare(settings)
+            except RunnerFailure as exc:
+                return self._fail(str(exc))
+            if self.stop_signal is not None:
+                return self._stopped_before_start()
+            self.reporter.status("RUNNING")
+            return self._run_command(restored)
+        except RunnerFailure as exc:
+            return self._fail(str(exc))
+        except Exception as exc:
+            return self._fail(f"the learner runner failed: {type(exc).__name__}: {exc}")
+        finally:
+            heartbeat.stop(timeout=1.0)
+
+    def _connect(self, settings: Settings) -> Reporter:
+        from learner_image.reporter import connect
+
+        c = self.config
+        try:
+            return connect(settings.redis_url, c.job_id, c.learner, c.attempt)
+        except Exception as exc:
+            raise RunnerFailure(f"could not reach Redis at {settings.redis_url}: {exc}") from exc
+
+    def _start_shipper(self) -> None:
+        from learner_image.log_tee import LogShipper
+
+        assert self.reporter is not None
+        c = self.config
+        self.shipper = LogShipper(self.reporter, c.log_path, c.metrics_path, c.learner)
+
+    def _prepare(self, settings: Settings) -> str | None:
+        """Fetch the archive, the data and the newest checkpoint in parallel; the name of
+        the restored checkpoint, if any."""
+        from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+
+        from learner_image.checkpoint_sync import restore_newest
+        from learner_image.data_fetch import FetchError, fetch_data, fetch_model
+
+        c = self.config
+        store = self.store
+        assert store is not None
+        for d in (c.data_dir, c.result_dir, c.checkpoint_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+        def restore() -> str | None:
+            try:
+                return restore_newest(store, c.job_id, c.checkpoint_dir)
+            except Exception as exc:
+                raise FetchError(f"could not restore the last checkpoint: {exc}") from exc
+
+        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="dlaas-fetch")
+        try:
+            model = pool.submit(fetch_model, store, settings, c.job_id, c.model_dir)
+            data = pool.submit(fetch_data, store, c.data_prefix, c.data_dir)
+            ckpt = pool.submit(restore)
+            pending: set[Future[Any]] = {model, data, ckpt}
+            while pending and self.stop_signal is None:
+                _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+                for fut in (model, data, ckpt):
+                    if fut.done() and fut.exception() is not None:
+                        exc = fut.exception()
+                        raise RunnerFailure(str(exc)) from exc
+            if self.stop_signal is not None:
+                return None
+            return ckpt.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run_command(self, restored: str | None) -> int:
+        import subprocess
+
+        from learner_image.checkpoint_sync import CheckpointUploader
+        from learner_image.log_tee import read_lines
+        from learner_image.metric_lines import parse_metric_line
+        from learner_image.metrics_parser import MetricsParser, compile_patterns
+
+        c = self.config
+        shipper, reporter, store = self.shipper, self.reporter, self.store
+        assert shipper is not None and reporter is not None and store is not None
+
+        patterns = compile_patterns(c.metric_patterns)
+        for problem in patterns.problems:
+            shipper.line(f"[dlaas] {problem}")
+        parser = MetricsParser(patterns, parse_metric_line)
+
+        uploader: CheckpointUploader | None = None
+        if c.uploads_checkpoints:
+            uploader = CheckpointUploader(
+                store,
+                c.job_id,
+                c.checkpoint_dir,
+                c.checkpoint_keep,
+                on_uploaded=reporter.checkpoint,
+                on_error=lambda text: shipper.line(f"[dlaas] {text}"),
+                already_uploaded=restored,
+            )
+
+        self.child = subprocess.Popen(
+            ["/bin/sh", "-c", c.command],
+            cwd=c.model_dir,
+            env=child_env(c, self.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        child = self.child
+        if self.stop_signal is not None:
+            self._forward()
+
+        def pump() -> None:
+            assert child.stdout is not None
+            for text in read_lines(child.stdout):
+                shipper.line(text, parser.parse(text))
+
+        reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
+        reader.start()
+        ckpt_poll = (
+            Periodic("dlaas-checkpoints", CHECKPOINT_POLL_S, uploader.sync_once)
+            if uploader is not None
+            else None
+        )
+        log_upload = Periodic("dlaas-log-upload", LOG_UPLOAD_S, self._upload_log)
+
+        returncode = child.wait()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        reader.join(1.0)
+        if reader.is_alive():  # something the command started still holds the pipe
+            _signal_group(child.pid, signal.SIGKILL)
+            reader.join(5.0)
+        log_upload.stop()
+        if ckpt_poll is not None:
+            ckpt_poll.stop()
+
+        report = describe_exit(returncode, self.stop_signal, self.killed_after_grace)
+        if self.stop_signal is None:
+            reporter.status("STORING")
+        if uploader is not None:
+            uploader.sync_once()
+        if self.stop_signal is None:
+            self._upload_results()
+        if report.exit_code != 0:
+            shipper.line(f"[dlaas] {report.reason}")
+        self._finish_logs()
+        reporter.exit(report.exit_code, report.signal, report.reason, source="command")
+        return report.exit_code
+
+    def _upload_results(self) -> None:
+        from learner_image.results_upload import results_prefix, upload_results
+
+        c = self.config
+        assert self.store is not None
+        try:
+            upload_results(self.store, c.result_dir, results_prefix(c.job_id, c.learner))
+        except Exception as exc:
+            raise RunnerFailure(f"could not upload the results: {exc}") from exc
+
+    def _upload_log(self) -> None:
+        c = self.config
+        if self.shipper is None or self.store is None:
+            return
+        self.shipper.flush_files()
+        self.store.put_file(c.log_key, c.log_path)
+        if c.metrics_path.stat().st_size > 0:
+            self.store.put_file(c.metrics_key, c.metrics_path)
+
+    def _finish_logs(self) -> None:
+        """Drain the live stream and upload the durable files (best effort)."""
+        if self.shipper is not None:
+            self.shipper.close()
+        try:
+            self._upload_log()
+        except Exception as exc:
+            print(f"dlaas-learner: could not upload the log: {exc}", file=sys.stderr, flush=True)
+
+    def _stopped_before_start(self) -> int:
+        assert self.stop_signal is not None and self.reporter is not None
+        name = signal_name(self.stop_signal)
+        reason = f"stopped by {name} before the command started"
+        if self.shipper is not None:
+            self.shipper.line(f"[dlaas] {reason}")
+        self._finish_logs()
+        code = 128 + self.stop_signal
+        self.reporter.exit(code, "", reason, source="command")
+        return code
+
+    def _fail(self, reason: str) -> int:
+        """Report a failure of the runner itself: log line, exit event, exit code 3."""
+        print(f"dlaas-learner: {reason}", file=sys.stderr, flush=True)
+        child = self.child
+        if child is not None and child.poll() is None:
+            _signal_group(child.pid, signal.SIGKILL)
+        if self.shipper is not None:
+            self.shipper.line(f"[dlaas] {reason}")
+        self._finish_logs()
+        if self.reporter is not None:
+            try:
+                self.reporter.exit(EXIT_RUNNER_FAILURE, "", reason, source="runner")
+            except Exception as exc:
+                print(f"dlaas-learner: could not report the exit: {exc}", file=sys.stderr)
+        return EXIT_RUNNER_FAILURE
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _open_store(settings: Settings) -> ObjectStore:
+    from storage.object_store import open_object_store
+
+    try:
+        return open_object_store(settings)
+    except Exception as exc:
+        raise RunnerFailure(f"could not open the object store: {exc}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    environ = os.environ
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv, environ)
+    except RunnerFailure as exc:
+        print(f"dlaas-learner: {exc}", file=sys.stderr)
+        sys.exit(EXIT_RUNNER_FAILURE)
+    runner = Runner(config, environ)
+    runner.install_signal_handlers()
+    try:
+        code = runner.run()
+    except RunnerFailure as exc:  # Redis unreachable: nothing to report the failure to
+        print(f"dlaas-learner: {exc}", file=sys.stderr, flush=True)
+        code = EXIT_RUNNER_FAILURE
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+"""The learner runner end to end: a real process, the real Redis, a local object store."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from storage import streams
+from storage.object_store import LocalObjectStore
+
+RUNNER_FAILURE = 3
+
+
+def make_zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+@dataclass
+class Learner:
+    """One learner's working directory, object store and Redis view."""
+
+    tmp: Path
+    redis_url: str
+    job_id: str = field(default_factory=lambda: f"training-{secrets.token_hex(5)}")
+    learner: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.objects = LocalObjectStore(self.tmp / "objects")
+        self.workdir = self.tmp / f"learner-{self.learner}"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.redis = redis.Redis.from_url(self.redis_url)
+
+    def put_model(self, files: dict[str, bytes]) -> None:
+        self.objects.put_bytes(f"jobs/{self.job_id}/model.zip", make_zip(files))
+
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
+        env.update(
+            DLAAS_HOME=str(self.tmp / "home"),
+            DLAAS_OBJECT_STORE="local",
+            DLAAS_OBJECTS_DIR=str(self.tmp / "objects"),
+            DLAAS_REDIS_URL=self.redis_url,
+            TRAINING_ID=self.job_id,
+            LEARNER_ID=str(self.learner),
+            NUM_LEARNERS="1",
+            DLAAS_ATTEMPT="0",
+            MODEL_DIR=str(self.workdir / "model"),
+            DATA_DIR=str(self.workdir / "data"),
+            RESULT_DIR=str(self.workdir / "results"),
+            LOG_DIR=str(self.workdir / "logs"),
+            CHECKPOINT_DIR=str(self.workdir / "checkpoints"),
+        )
+        env.update(self.env)
+        return env
+
+    def start(self, command: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "learner_image.runner", "--", command],
+            cwd=self.workdir,
+            env=self.environ(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    def run(self, command: str, timeout: float = 60) -> tuple[int, str]:
+        proc = self.start(command)
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode("utf-8", "replace")
+
+    def lines(self) -> list[str]:
+        return [line.line for _, line in streams.read_logs(self.redis, self.job_id, count=10**6)]
+
+    def metrics(self) -> list[streams.MetricRecord]:
+        return [m for _, m in streams.read_metrics(self.redis, self.job_id, count=10**6)]
+
+    def events(self) -> list[dict[str, str]]:
+        found = []
+        for _, fields in self.redis.xrange(streams.LEARNER_EVENTS) or []:
+            event = streams.decode_learner_event(fields)
+            if event.job == self.job_id:
+                found.append(
+                    {"kind": event.kind, "learner": str(event.learner)}
+                    | {"attempt": str(event.attempt)}
+                    | event.fields
+                )
+        return found
+
+    def wait_for_line(self, text: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.lines():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no line {text!r} in {self.lines()}")
+
+    def keys(self, prefix: str = "") -> list[str]:
+        base = f"jobs/{self.job_id}/"
+        return [info.key[len(base) :] for info in self.objects.list(base + prefix)]
+
+    def cleanup(self) -> None:
+        streams.delete_job_streams(self.redis, self.job_id)
+        self.redis.close()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return os.environ.get("DLAAS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def learner(tmp_path: Path, redis_url: str) -> Iterator[Learner]:
+    one = Learner(tmp_path, redis_url)
+    yield one
+    one.cleanup()
+
+
+TRAIN = b"""
+import json, os, pathlib
+print("hello")
+print(json.dumps({"dlaas_metric": True, "step": 1, "loss": 0.5}))
+print("step 2 loss 0.25")
+data = pathlib.Path(os.environ["DATA_DIR"])
+print("data:", sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()))
+print("cwd has train.py:", os.path.exists("train.py"))
+print("secret visible:", "DLAAS_S3_SECRET_KEY" in os.environ)
+out = pathlib.Path(os.environ["RESULT_DIR"])
+(out / "sub").mkdir(parents=True, exist_ok=True)
+(out / "model.txt").write_text("weights")
+(out / "sub" / "more.txt").write_text("more")
+"""
+
+
+def test_runs_the_command_and_streams_logs_metrics_results(learner: Learner) -> None:
+    learner.put_model({"train.py": TRAIN, "pkg/helper.py": b"X = 1\n"})
+    learner.objects.put_bytes("data/u1/mnist/train.csv", b"1,2\n")
+    learner.objects.put_bytes("data/u1/mnist/sub/test.csv", b"3,4\n")
+    learner.env.update(
+        DLAAS_DATA_PREFIX="data/u1/mnist/",
+        DLAAS_METRIC_PATTERNS=json.dumps([r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)"]),
+        DLAAS_S3_SECRET_KEY="hush",
+    )
+
+    code, out = learner.run("python train.py")
+
+    assert code == 0, out
+    lines = learner.lines()
+    assert lines[0] == "hello"
+    assert "data: ['sub/test.csv', 'train.csv']" in lines
+    assert "cwd has train.py: True" in lines
+    assert "secret visible: False" in lines
+    assert [(m.step, m.values) for m in learner.metrics()] == [
+        (1, {"loss": 0.5}),
+        (2, {"loss": 0.25}),
+    ]
+
+    stored_log = learner.objects.get_bytes(f"jobs/{learner.job_id}/logs/learner-1.log").decode()
+    assert stored_log.splitlines() == lines
+    stored_metrics = learner.objects.get_bytes(f"jobs/{learner.job_id}/metrics/learner-1.jsonl")
+    records = [json.loads(line) for line in stored_metrics.splitlines()]
+    assert [(r["learner"], r["step"], r["values"]) for r in records] == [
+        (1, 1, {"loss": 0.5}),
+        (1, 2, {"loss": 0.25}),
+    ]
+    assert learner.keys("results/") == ["results/model.txt", "results/sub/more.txt"]
+    assert (learner.workdir / "model" / "pkg" / "helper.py").is_file()
+
+    events = learner.events()
+    assert [e.get("state", e["kind"]) for e in events] == [
+        "DOWNLOADING",
+        "RUNNING",
+        "STORING",
+        "exit",
+    ]
+    assert events[-1]["exit_code"] == "0"
+    assert events[-1]["source"] == "command"
+    assert all(e["learner"] == "1" and e["attempt"] == "0" for e in events)
+    assert learner.redis.hget(streams.heartbeats_key(learner.job_id), "1") is not None
+
+
+def test_other_learners_results_go_under_their_own_folder(learner: Learner) -> None:
+    learner.put_model({"x.txt": b"x"})
+    other = Learner(learner.tmp, learner.redis_url, job_id=learner.job_id, learner=2)
+    other.env["NUM_LEARNERS"] = "2"
+    code, out = other.run("echo r > $RESULT_DIR/out.txt && echo from-2")
+    assert code == 0, out
+    assert other.keys("results/") == ["results/learner-2/out.txt"]
+    assert "from-2" in other.lines()
+
+
+WRITE_CHECKPOINTS = b"""
+import json, os, pathlib, sys, time
+root = pathlib.Path(os.environ["CHECKPOINT_DIR"])
+
+def commit(step, payload):
+    tmp = root / f".tmp-ckpt-{step}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    (tmp / "weights.bin").write_bytes(payload)
+    (tmp / "opt").mkdir()
+    (tmp / "opt" / "state.json").write_text("{}")
+    files = {"weights.bin": len(payload), "opt/state.json": 2}
+    (tmp / "COMMITTED").write_text(json.dumps({"step": step, "files": files, "time": time.time()}))
+    os.rename(tmp, root / f"ckpt-{step:012d}")
+
+# a half-written checkpoint and an abandoned temp directory are never uploaded
+(root / "ckpt-000000000099").mkdir(parents=True)
+(root / "ckpt-000000000099" / "weights.bin").write_bytes(b"partial")
+(root / ".tmp-ckpt-98-1").mkdir()
+(root / ".tmp-ckpt-98-1" / "COMMITTED").write_text("{}")
+for step in (1, 2, 3):
+    commit(step, bytes([step]) * 100)
+    print("committed", step, flush=True)
+    time.sleep(1.2)
+"""
+
+
+def test_uploads_committed_checkpoints_keeps_newest_and_skips_partial(learner: Learner) -> None:
+    learner.put_model({"ckpt.py": WRITE_CHECKPOINTS})
+    code, out = learner.run("python ckpt.py")
+    assert code == 0, out
+
+    keys = learner.keys("checkpoints/")
+    names = sorted({key.split("/")[1] for key in keys})
+    assert names == ["ckpt-000000000002", "ckpt-000000000003"]
+    for name in names:
+        assert f"checkpoints/{name}/COMMITTED" in keys
+        assert f"checkpoints/{name}/weights.bin" in keys
+        assert f"checkpoints/{name}/opt/state.json" in keys
+    assert (
+        learner.objects.get_bytes(
+            f"jobs/{learner.job_id}/checkpoints/ckpt-000000000003/weights.bin"
+        )
+        == bytes([3]) * 100
+    )
+    uploaded = [e["name"] for e in learner.events() if e["kind"] == "checkpoint"]
+    assert uploaded == ["ckpt-000000000001", "ckpt-000000000002", "ckpt-000000000003"]
+
+
+def test_only_learner_one_uploads_checkpoints(learner: Learner) -> None:
+    learner.put_model({"ckpt.py": WRITE_CHECKPOINTS.replace(b"(1, 2, 3)", b"(1,)")})
+    other = Learner(learner.tmp, learner.redis_url, job_id=learner.job_id, learner=2)
+    code, out = other.run("python ckpt.py")
+    assert code == 0, out
+    assert other.keys("checkpoints/") == []
+
+
+def test_restores_the_newest_committed_checkpoint_before_the_command(learner: Learner) -> None:
+    base = f"jobs/{learner.job_id}/checkpoints"
+    for step, committed in ((4, True), (5, True), (7, False)):
+        name = f"ckpt-{step:012d}"
+        learner.objects.put_bytes(f"{base}/{name}/weights.bin", str(step).encode())
+        learner.objects.put_bytes(f"{base}/{name}/nested/extra.txt", b"e")
+        if committed:
+            learner.objects.put_bytes(f"{base}/{name}/COMMITTED", b'{"step": %d}' % step)
+    learner.put_model({"x.txt": b""})
+
+    code, out = learner.run(
+        "ls -A $CHECKPOINT_DIR; cat $CHECKPOINT_DIR/ckpt-000000000005/weights.bin; echo;"
+        " ls $CHECKPOINT_DIR/ckpt-000000000005"
+    )
+
+    assert code == 0, out
+    assert learner.lines() == [
+        "ckpt-000000000005",
+        "5",
+        "COMMITTED",
+        "nested",
+        "weights.bin",
+    ]
+    # the restored checkpoint is not uploaded again, and nothing was pruned
+    assert [e for e in learner.events() if e["kind"] == "checkpoint"] == []
+    assert "checkpoints/ckpt-000000000004/COMMITTED" in learner.keys("checkpoints/")
+
+
+def test_exit_code_of_the_command_is_reported(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    code, out = learner.run("echo failing; exit 7")
+    assert code == 7, out
+    exit_event = learner.events()[-1]
+    assert (exit_event["kind"], exit_event["exit_code"], exit_event["signal"]) == ("exit", "7", "")
+    assert "code 7" in exit_event["reason"]
+    assert learner.lines()[-1].startswith("[dlaas] ")
+
+
+def test_command_killed_by_a_signal(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    code, out = learner.run("echo before; kill -KILL $$")
+    assert code == 128 + signal.SIGKILL, out
+    exit_event = learner.events()[-1]
+    assert exit_event["exit_code"] == "137"
+    assert exit_event["signal"] == "SIGKILL"
+    assert "killed by SIGKILL" in exit_event["reason"]
+
+
+def test_sigterm_is_forwarded_to_the_command(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    proc = learner.start("echo ready; sleep 30")
+    learner.wait_for_line("ready")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM
+    exit_event = learner.events()[-1]
+    assert exit_event["reason"] == "stopped by SIGTERM"
+    assert exit_event["signal"] == "SIGTERM"
+    assert "STORING" not in [e.get("state") for e in learner.events()]
+    assert learner.keys("logs/") == ["logs/learner-1.log"]
+
+
+def test_command_ignoring_sigterm_is_killed_after_the_grace_period(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    learner.env["DLAAS_STOP_GRACE_S"] = "0.5"
+    proc = learner.start("trap '' TERM; echo ready; while true; do sleep 0.1; done")
+    learner.wait_for_line("ready")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert "after the grace period" in learner.events()[-1]["reason"]
+
+
+def test_corrupt_archive_is_a_runner_failure(learner: Learner) -> None:
+    learner.objects.put_bytes(f"jobs/{learner.job_id}/model.zip", b"this is not a zip file")
+    code, out = learner.run("echo never")
+    assert code == RUNNER_FAILURE, out
+    exit_event = learner.events()[-1]
+    assert exit_event["source"] == "runner"
+    assert exit_event["exit_code"] == str(RUNNER_FAILURE)
+    assert exit_event["reason"].startswith("the model archive was rejected")
+    assert "never" not in learner.lines()
+    assert learner.lines()[-1] == f"[dlaas] {exit_event['reason']}"
+    assert learner.keys("logs/") == ["logs/learner-1.log"]
+
+
+def test_zip_slip_archive_is_rejected_and_writes_nothing_outside(learner: Learner) -> None:
+    learner.put_model({"train.py": b"", "../escaped.txt": b"x"})
+    code, out = learner.run("echo never")
+    assert code == RUNNER_FAILURE, out
+    assert learner.events()[-1]["reason"].startswith("the model archive was rejected")
+    assert not (learner.workdir / "escaped.txt").exists()
+    assert not (learner.tmp / "escaped.txt").exists()
+
+
+def test_missing_archive_is_a_runner_failure(learner: Learner) -> None:
+    code, out = learner.run("echo never")
+    assert code == RUNNER_FAILURE, out
+    reason = learner.events()[-1]["reason"]
+    assert reason.startswith("could not fetch the model archive")
+    assert "never" not in learner.lines()
