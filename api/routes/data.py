@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from typing import BinaryIO, cast
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
@@ -56,7 +57,8 @@ async def upload_data(
             await to_thread.run_sync(spool.write, chunk)
         size = spool.tell()
         spool.seek(0)
-        await to_thread.run_sync(state.objects.put_stream, key, spool)
+        stream = cast(BinaryIO, spool)
+        await to_thread.run_sync(state.objects.put_stream, key, stream, None)
     return FileInfo(path=path, size=size)
 
 

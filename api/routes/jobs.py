@@ -46,7 +46,9 @@ async def _form_file(form: Any, name: str, what: str) -> UploadFile:
 
 
 @router.post("", status_code=201, response_model=JobPublic, openapi_extra=_SUBMIT_BODY)
-async def submit_job(request: Request, response: Response, state: StateDep, user: CurrentUser):
+async def submit_job(
+    request: Request, response: Response, state: StateDep, user: CurrentUser
+) -> JobPublic:
     """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code)."""
     limit = state.archive_limits.max_bytes + _MANIFEST_MAX + 64 * 1024
     length = request.headers.get("content-length")
@@ -89,12 +91,16 @@ async def get_job(job_id: str, session: SessionDep, user: CurrentUser) -> JobPub
 
 
 @router.post("/{job_id}/halt", status_code=202, response_model=JobPublic)
-async def halt_job(job_id: str, state: StateDep, session: SessionDep, user: CurrentUser):
+async def halt_job(
+    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+) -> JobPublic:
     return JobPublic.of(await service.halt_job(state, session, user, job_id), user.name)
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobPublic)
-async def resume_job(job_id: str, state: StateDep, session: SessionDep, user: CurrentUser):
+async def resume_job(
+    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+) -> JobPublic:
     return JobPublic.of(await service.resume_job(state, session, user, job_id), user.name)
 
 

@@ -20,7 +20,9 @@ def results_prefix(job_id: str) -> str:
 
 
 @router.get("/{job_id}/results", response_model=FileList)
-async def list_results(job_id: str, state: StateDep, session: SessionDep, user: CurrentUser):
+async def list_results(
+    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+) -> FileList:
     await service.owned_job(session, user, job_id)
     prefix = results_prefix(job_id)
     infos = await to_thread.run_sync(lambda: list(state.objects.list(prefix)))

@@ -32,7 +32,7 @@ async def prometheus_metrics(session: SessionDep) -> Response:
     rows = await session.execute(
         select(Job.state, func.count()).where(Job.deleted_at.is_(None)).group_by(Job.state)
     )
-    counts = dict(rows.tuples().all())
+    counts = {state: count for state, count in rows.all()}
     for job_state in JobState:
         JOBS_BY_STATE.labels(job_state.value).set(counts.get(job_state.value, 0))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

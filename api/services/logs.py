@@ -57,26 +57,25 @@ def _sse(data: dict[str, Any], event_id: str | None = None, event: str | None = 
 
 
 async def all_lines_text(state: ApiState, job_id: str, learner: int | None) -> str:
-    entries = await state.redis.xrange(streams.logs_key(job_id))
+    entries = await streams.aread_logs(state.redis, job_id, count=1_000_000)
     if entries:
-        lines = [streams.decode_log(fields) for _, fields in entries]
-        chosen = [line.line for line in lines if learner is None or line.learner == learner]
+        chosen = [line.line for _, line in entries if learner is None or line.learner == learner]
     else:
         stored = await to_thread.run_sync(_stored_lines, state.objects, job_id, learner)
         chosen = [line for _, line in stored]
     return "\n".join(chosen) + ("\n" if chosen else "")
 
 
-def _events_of(response: Any, after: str, learner: int | None) -> tuple[str, list[bytes]]:
-    """SSE events for an XREAD response, and the id to continue after."""
+def _events_of(
+    entries: list[tuple[str, streams.LogLine]], after: str, learner: int | None
+) -> tuple[str, list[bytes]]:
+    """SSE events for stream entries, and the id to continue after."""
     events: list[bytes] = []
-    for _, entries in response or []:
-        for entry_id, fields in entries:
-            after = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            line = streams.decode_log(fields)
-            if learner is None or line.learner == learner:
-                data = {"learner": line.learner, "line": line.line, "time": line.time}
-                events.append(_sse(data, after))
+    for entry_id, line in entries:
+        after = entry_id
+        if learner is None or line.learner == learner:
+            data = {"learner": line.learner, "line": line.line, "time": line.time}
+            events.append(_sse(data, after))
     return after, events
 
 
@@ -95,8 +94,10 @@ async def follow_events(
             return
     last_state_check = 0.0
     while True:
-        response = await state.redis.xread({key: after}, count=_BATCH, block=_BLOCK_MS)
-        after, events = _events_of(response, after, learner)
+        entries = await streams.aread_logs(
+            state.redis, job_id, after, block_ms=_BLOCK_MS, count=_BATCH
+        )
+        after, events = _events_of(entries, after, learner)
         if events:
             yield b"".join(events)
             if len(events) >= _BATCH:
@@ -108,7 +109,7 @@ async def follow_events(
         job_state = await _job_state(state, job_id)
         if job_state is None or job_state in FINAL_STATES:
             # Lines written just before the final state are in the stream already: drain them.
-            tail = await state.redis.xread({key: after}, count=1_000_000)
+            tail = await streams.aread_logs(state.redis, job_id, after, count=1_000_000)
             after, events = _events_of(tail, after, learner)
             if events:
                 yield b"".join(events)
@@ -134,12 +135,11 @@ def _stored_metrics(objects: ObjectStore, job_id: str) -> list[MetricPoint]:
 
 
 async def metric_points(state: ApiState, job_id: str) -> list[MetricPoint]:
-    entries = await state.redis.xrange(streams.metrics_key(job_id))
+    entries = await streams.aread_metrics(state.redis, job_id, count=1_000_000)
     if not entries:
         return await to_thread.run_sync(_stored_metrics, state.objects, job_id)
     points = []
-    for _, fields in entries:
-        record = streams.decode_metric(fields)
+    for _, record in entries:
         points.append(
             MetricPoint(
                 learner=record.learner, time=record.time, step=record.step, values=record.values

@@ -75,7 +75,9 @@ async def submit(
 
 
 @asynccontextmanager
-async def running_api(database_url: str, redis_url: str, objects_dir: Path) -> AsyncIterator[Harness]:
+async def running_api(
+    database_url: str, redis_url: str, objects_dir: Path
+) -> AsyncIterator[Harness]:
     settings = Settings(
         home=objects_dir.parent,
         database_url=database_url,
