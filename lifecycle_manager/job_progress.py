@@ -6,23 +6,27 @@ same functions; none of them touches the database, the cluster or a clock.
 Learner rows move like this (one row per learner, reset for every attempt):
 
 ```
- PENDING --> DOWNLOADING --> RUNNING --> STORING --> DONE --(exit 0)--> SUCCEEDED
-    |             |             |           |          |
-    +-------------+------(exit != 0, vanished)---------+-------------> FAILED
-    +-------------+------(exit after a halt or delete)-+-------------> STOPPED
+ PENDING --> DOWNLOADING --> RUNNING --> STORING --(exit 0)--> SUCCEEDED
+    |             |             |           |
+    +-------------+---(exit != 0, vanished)-+------------------> FAILED
+    +-------------+---(halt: being stopped)-+--> STOPPING --(exit)--> STOPPED
 ```
+
+A learner that exits after the lifecycle manager stopped it (halt, delete) is STOPPED, never
+FAILED. STOPPING rows mark an attempt being halted: if the user resumes before the halt is
+through, the resume finishes the halt first and then deploys a new attempt.
 
 The job follows its learners: it is DOWNLOADING as soon as one learner fetches, RUNNING when
 every learner runs, STORING when every learner stores, COMPLETED when every learner exited 0,
-and FAILED when one learner failed (while restarts are not enabled; `RestartPolicy` is
-where they will be decided).
+and FAILED when one learner failed. (Restarting from the newest checkpoint instead, under the
+manifest's `restart_policy`, belongs in `decide` as one more input.)
 """
 
 from __future__ import annotations
 
 import signal as signals
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from storage.job_states import JobState
@@ -36,10 +40,12 @@ class LearnerState(StrEnum):
     DONE = "DONE"  # the runner said it finished; its exit is still to come
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    STOPPING = "STOPPING"  # being stopped by the lifecycle manager (halt)
     STOPPED = "STOPPED"  # stopped by the lifecycle manager (halt, delete)
 
 
 FINISHED = frozenset({LearnerState.SUCCEEDED, LearnerState.FAILED, LearnerState.STOPPED})
+ENDING = FINISHED | {LearnerState.STOPPING}
 REPORTED_STATES = frozenset(
     {LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING, LearnerState.DONE}
 )
@@ -77,11 +83,6 @@ class Action(StrEnum):
 
 
 @dataclass(frozen=True)
-class RestartPolicy:
-    max_restarts: int = 0
-
-
-@dataclass(frozen=True)
 class LearnerView:
     index: int
     state: LearnerState
@@ -94,8 +95,6 @@ class JobView:
     state: JobState
     desired: Desired
     learners: Sequence[LearnerView]
-    restarts: int = 0
-    policy: RestartPolicy = field(default_factory=RestartPolicy)
 
 
 @dataclass(frozen=True)
@@ -127,23 +126,24 @@ def learner_after_exit(
     exit_code: int | None,
     signal: str | None,
     reason: str = "",
+    *,
+    stopped: bool = False,
 ) -> tuple[LearnerState, str]:
-    """The final state of a learner whose process ended, and why."""
+    """The final state of a learner whose process ended, and why.
+
+    `stopped`: the cluster says it ended the learner on the lifecycle manager's request.
+    """
     why = reason or describe_exit(exit_code, signal)
-    if desired is not Desired.RUN:
+    if stopped or desired is not Desired.RUN or previous is LearnerState.STOPPING:
         return LearnerState.STOPPED, f"stopped ({why})"
     if exit_code == 0 and not signal:
         return LearnerState.SUCCEEDED, "exit code 0"
-    # The node agent cannot know the exit code of a learner it re-adopted after a restart;
-    # the runner's own DONE report then vouches for it.
-    if exit_code is None and not signal and previous is LearnerState.DONE:
-        return LearnerState.SUCCEEDED, "finished (exit status unknown)"
     return LearnerState.FAILED, why
 
 
 def learner_after_status(previous: LearnerState, reported: LearnerState) -> LearnerState | None:
     """The new learner state for a status report, or None to ignore it (stale, or final)."""
-    if previous in FINISHED or reported not in REPORTED_STATES:
+    if previous in ENDING or reported not in REPORTED_STATES:
         return None
     if _PROGRESS_RANK[reported] <= _PROGRESS_RANK[previous]:
         return None
@@ -161,9 +161,13 @@ def decide(job: JobView) -> Decision:
         if all(learner.state in FINISHED for learner in learners):
             return Decision(JobState.HALTED, "halted by user")
         return NO_CHANGE
+    if any(learner.state in (LearnerState.STOPPING, LearnerState.STOPPED) for learner in learners):
+        return NO_CHANGE  # a halt the user took back: resuming finishes it, then redeploys
     failed = [learner for learner in learners if learner.state is LearnerState.FAILED]
     if failed:
-        return _on_failure(job, failed[0])
+        first = failed[0]
+        reason = f"learner {first.index} failed: {first.reason or 'unknown cause'}"
+        return Decision(JobState.FAILED, reason, (Action.STOP_LEARNERS,))
     if learners and all(learner.state is LearnerState.SUCCEEDED for learner in learners):
         count = len(learners)
         noun = "learner" if count == 1 else "learners"
@@ -173,14 +177,6 @@ def decide(job: JobView) -> Decision:
             (Action.STOP_LEARNERS,),
         )
     return _progress(job)
-
-
-def _on_failure(job: JobView, failed: LearnerView) -> Decision:
-    reason = f"learner {failed.index} failed: {failed.reason or 'unknown cause'}"
-    if job.restarts < job.policy.max_restarts:
-        # Restarting from the newest checkpoint is decided here once RECOVERING is built.
-        pass
-    return Decision(JobState.FAILED, reason, (Action.STOP_LEARNERS,))
 
 
 def _progress(job: JobView) -> Decision:
@@ -241,7 +237,7 @@ def observe_cluster(
     vanished: list[int] = []
     not_created: list[int] = []
     for row in job.learners:
-        if row.state in FINISHED:
+        if row.state in ENDING:
             continue
         seen = present.get(row.index)
         if seen is not None:
@@ -256,5 +252,5 @@ def observe_cluster(
 
 def all_vanished(job: JobView, observation: Observation) -> bool:
     """Whether every learner still expected to run is gone without a recorded exit."""
-    active = [row.index for row in job.learners if row.state not in FINISHED]
+    active = [row.index for row in job.learners if row.state not in ENDING]
     return bool(active) and set(active) <= set(observation.vanished)

@@ -3,8 +3,9 @@
     python -m lifecycle_manager.node_agent [--host 127.0.0.1] [--port 8471] --root DIR
         [--grace 30] [--keep-workdirs]
 
-Environment: `DLAAS_REDIS_URL` (where learner exits are reported, stream
-`dlaas:learner-events`). The agent outlives lifecycle-manager workers; started again, it
+Environment: `DLAAS_REDIS_URL` (where learner exits are reported: an `exit` event on
+`dlaas:learner-events` with `source=agent` and `deleted=1` when the agent stopped the learner
+on request). The agent outlives lifecycle-manager workers; started again, it
 re-adopts the learners it started before.
 
 HTTP (JSON):
@@ -18,6 +19,7 @@ HTTP (JSON):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import threading
 from pathlib import Path
@@ -31,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from lifecycle_manager.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
-from lifecycle_manager.learner_events import LEARNER_EVENTS_STREAM, exit_event_fields
+from storage import streams
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.node_agent")
@@ -73,17 +75,19 @@ class ExitReporter:
         self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
 
     def __call__(self, record: LearnerRecord) -> bool:
-        fields = exit_event_fields(
-            job=record.job,
-            learner=record.learner,
-            attempt=record.attempt,
-            exit_code=record.exit_code,
-            signal=record.signal,
-            reason=record.reason,
-            source="agent",
-            deleted=record.deleting,
+        event = streams.exit_event(
+            record.job,
+            record.learner,
+            record.attempt,
+            record.exit_code,
+            record.signal,
+            record.reason,
+            time=record.finished_at,
         )
-        self._redis.xadd(LEARNER_EVENTS_STREAM, fields)  # type: ignore[arg-type]
+        extra = {"source": "agent", "deleted": "1" if record.deleting else "0"}
+        streams.publish_learner_event(
+            self._redis, dataclasses.replace(event, fields={**event.fields, **extra})
+        )
         return True
 
 

@@ -58,6 +58,7 @@ class LearnerStatus:
     exit_code: int | None = None
     signal: str | None = None
     reason: str = ""
+    stopping: bool = False  # being deleted
 
     @property
     def finished(self) -> bool:

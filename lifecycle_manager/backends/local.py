@@ -71,6 +71,7 @@ class LocalBackend:
                 exit_code=item["exit_code"],
                 signal=item["signal"],
                 reason=item["reason"],
+                stopping=item["deleting"],
             )
             for item in response.json()["learners"]
         ]

@@ -1,0 +1,125 @@
+"""The health monitor: applies learner events to jobs as they arrive.
+
+    python -m lifecycle_manager.monitor [--consumer NAME]
+
+Reads the stream `dlaas:learner-events` in the consumer group `lifecycle` and acknowledges
+an event only after its database write committed, so a crash redelivers it (handling is
+idempotent). On start it first re-reads what it had been given but not acknowledged, and it
+claims events another consumer left unacknowledged for a while. Environment: the `DLAAS_*`
+settings (database, Redis, cluster backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+from collections import Counter
+
+from redis.exceptions import RedisError
+
+from lifecycle_manager.context import Context, open_context
+from lifecycle_manager.learner_reports import apply_learner_event
+from storage import streams
+from storage.migrate import upgrade
+from storage.settings import Settings
+
+log = logging.getLogger("dlaas.monitor")
+
+CONSUMER_GROUP = "lifecycle"
+BATCH = 100
+BLOCK_MS = 1000
+CLAIM_IDLE_MS = 30_000
+CLAIM_EVERY_S = 10.0
+MAX_FAILURES = 5  # an event that fails this often is logged and dropped
+
+Entries = list[tuple[streams.StreamId, streams.LearnerEvent]]
+
+
+class Monitor:
+    def __init__(self, ctx: Context, consumer: str) -> None:
+        self.ctx = ctx
+        self.consumer = consumer
+        self.failures: Counter[str] = Counter()
+        self._backlog = True  # re-read our own unacknowledged events first
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
+        loop = asyncio.get_running_loop()
+        next_claim = 0.0
+        while not stop.is_set():
+            try:
+                if loop.time() >= next_claim:
+                    await self.claim_stale()
+                    next_claim = loop.time() + CLAIM_EVERY_S
+                await self.step()
+            except (RedisError, OSError) as error:
+                log.warning("monitor: %s; retrying", error)
+                await asyncio.sleep(1)
+
+    async def step(self, block_ms: int = BLOCK_MS) -> int:
+        """Read and handle one batch; returns how many events it handled."""
+        pending = self._backlog
+        entries = await streams.aread_learner_events(
+            self.ctx.redis, CONSUMER_GROUP, self.consumer, block_ms, BATCH, pending=pending
+        )
+        if pending and not entries:
+            self._backlog = False
+        return await self.handle(entries)
+
+    async def claim_stale(self) -> None:
+        """Take over events another consumer was given but never acknowledged."""
+        entries = await streams.aclaim_learner_events(
+            self.ctx.redis, CONSUMER_GROUP, self.consumer, CLAIM_IDLE_MS, BATCH
+        )
+        await self.handle(entries)
+
+    async def handle(self, entries: Entries) -> int:
+        handled = 0
+        for entry_id, event in entries:
+            try:
+                await apply_learner_event(self.ctx, event)
+            except Exception:
+                self.failures[entry_id] += 1
+                log.exception("monitor: event %s failed (%s)", entry_id, event)
+                if self.failures[entry_id] < MAX_FAILURES:
+                    self._backlog = True  # read it again on the next step
+                    await asyncio.sleep(0.5)
+                    return handled
+                log.error("monitor: dropping event %s after %s failures", entry_id, MAX_FAILURES)
+            await streams.aack_learner_events(self.ctx.redis, CONSUMER_GROUP, [entry_id])
+            self.failures.pop(entry_id, None)
+            handled += 1
+        return handled
+
+
+async def serve(settings: Settings, consumer: str) -> None:
+    ctx = open_context(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Monitor(ctx, consumer).run(stop)
+    finally:
+        await ctx.aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.monitor")
+    parser.add_argument(
+        "--consumer",
+        default=f"monitor-{socket.gethostname()}",
+        help="consumer name in the group; keep it stable across restarts of one monitor",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings()
+    upgrade(settings.database_url)
+    asyncio.run(serve(settings, args.consumer))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""What the lifecycle manager does to one job: deploy, halt, resume, delete.
+
+Each operation is keyed by the job id and idempotent: it reads what the job row says
+(`state`, and `desired`, which the API sets before it nudges) and drives the cluster towards
+it, so running it twice, or again after a crash, ends the same way. An operation returns an
+`Outcome`; one with `retry_after` wants to be run again (the Celery task retries it with
+backoff, and the periodic reconcile catches whatever a lost retry misses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Exists, exists, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
+
+from lifecycle_manager.backends.base import BackendUnavailable
+from lifecycle_manager.context import Context
+from lifecycle_manager.job_progress import ENDING, Desired, LearnerState
+from lifecycle_manager.learner_specs import learner_specs
+from storage import jobs as repo
+from storage import streams
+from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
+from storage.models import Job, JobEvent
+
+log = logging.getLogger(__name__)
+
+PURGED_EVENT = "purged"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    message: str
+    retry_after: float | None = None
+
+
+async def deploy_job(ctx: Context, job_id: str) -> Outcome:
+    """QUEUED -> DEPLOYING with a new attempt, then create every learner of it (a gang).
+
+    Run again on a DEPLOYING job, it creates whatever learner of the attempt is missing.
+    """
+    async with ctx.sessions.begin() as session:
+        job = await repo.get_job_any(session, job_id)
+        if job is None:
+            return Outcome("no such job")
+        if job.deleted_at is not None or job.desired != Desired.RUN:
+            return Outcome(f"not deploying: the job is to {job.desired}")
+        attempt = job.attempt
+        if job.state == JobState.QUEUED:
+            attempt += 1
+            moved = await repo.transition(
+                session,
+                job_id,
+                JobState.DEPLOYING,
+                "creating learners",
+                {"attempt": attempt},
+                only_from=[JobState.QUEUED],
+                attempt=attempt,
+            )
+            if not moved.changed:
+                return Outcome(f"not deploying: the job is {moved.previous}")
+            await repo.reset_learners(session, job_id, job.learners, attempt)
+        elif job.state != JobState.DEPLOYING:
+            return Outcome(f"nothing to deploy: the job is {job.state}")
+        specs = learner_specs(
+            job_id=job.id,
+            owner_id=job.owner_id,
+            attempt=attempt,
+            num_learners=job.learners,
+            manifest=job.manifest,
+            settings=ctx.settings,
+        )
+    try:
+        created = await ctx.backend.create_learners(specs)
+    except BackendUnavailable as error:
+        async with ctx.sessions.begin() as session:
+            job = await repo.get_job_any(session, job_id)
+            if job is not None and job.state == JobState.DEPLOYING and job.attempt == attempt:
+                await repo.update_job(session, job_id, reason=f"waiting for the cluster: {error}")
+        return Outcome(f"the cluster is unavailable: {error}", retry_after=1.0)
+    async with ctx.sessions.begin() as session:
+        job = await repo.get_job_any(session, job_id)
+        wanted = job is not None and job.desired == Desired.RUN and job.attempt == attempt
+        if created:
+            noun = "learner" if len(created) == 1 else "learners"
+            await repo.add_event(
+                session,
+                job_id,
+                "learners_created",
+                f"created {len(created)} {noun}: {', '.join(created)}",
+                {"attempt": attempt, "names": created},
+            )
+    if not wanted:
+        # Halted or deleted while the learners were being created: take them back.
+        for spec in specs:
+            await ctx.backend.delete_learner(spec.name)
+        return Outcome("the job changed while deploying; its learners were stopped")
+    return Outcome(f"attempt {attempt}: {len(created)} of {len(specs)} learners created")
+
+
+async def _mark_stopping(session: AsyncSession, job: Job) -> None:
+    for row in await repo.learners_of(session, job.id):
+        if row.attempt == job.attempt and LearnerState(row.state) not in ENDING:
+            await repo.set_learner_state(
+                session,
+                job.id,
+                row.index,
+                job.attempt,
+                LearnerState.STOPPING.value,
+                reason="stopping: halt requested",
+            )
+
+
+async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> bool:
+    """Every learner is gone: rows still STOPPING are STOPPED, the job HALTED."""
+    job = await repo.get_job_any(session, job_id)
+    if job is None:
+        return False
+    for row in await repo.learners_of(session, job_id):
+        if row.attempt == job.attempt and row.state == LearnerState.STOPPING:
+            await repo.set_learner_state(
+                session,
+                job_id,
+                row.index,
+                job.attempt,
+                LearnerState.STOPPED.value,
+                reason="stopped (halted)",
+            )
+    only_from = [JobState.QUEUED, *ACTIVE_STATES]
+    moved = await repo.transition(session, job_id, JobState.HALTED, reason, only_from=only_from)
+    return moved.changed
+
+
+async def halt_job(ctx: Context, job_id: str) -> Outcome:
+    """Stop a job's learners (each runner uploads its committed checkpoint), then HALTED."""
+    async with ctx.sessions.begin() as session:
+        job = await repo.get_job_any(session, job_id)
+        if job is None:
+            return Outcome("no such job")
+        if job.desired != Desired.HALT or job.state in FINAL_STATES:
+            return Outcome(f"nothing to halt: the job is {job.state} and to {job.desired}")
+        if job.state == JobState.QUEUED:
+            await _finish_halt(session, job_id, "halted by user")
+            return Outcome("halted before it was deployed")
+        if job.state != JobState.HALTED:
+            await _mark_stopping(session, job)
+    if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
+        return Outcome("learners are stopping", retry_after=0.5)
+    async with ctx.sessions.begin() as session:
+        await _finish_halt(session, job_id, "halted by user")
+    return Outcome("halted")
+
+
+async def resume_job(ctx: Context, job_id: str) -> Outcome:
+    """HALTED -> QUEUED, then deploy a new attempt (its runners restore the newest checkpoint).
+
+    A resume that overtakes its halt (learners still STOPPING) finishes the halt first.
+    """
+    async with ctx.sessions.begin() as session:
+        job = await repo.get_job_any(session, job_id)
+        if job is None or job.deleted_at is not None or job.desired != Desired.RUN:
+            return Outcome("nothing to resume")
+        rows = await repo.learners_of(session, job_id)
+        halting = job.state in ACTIVE_STATES and any(
+            row.attempt == job.attempt
+            and row.state in (LearnerState.STOPPING, LearnerState.STOPPED)
+            for row in rows
+        )
+    if halting:
+        if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
+            return Outcome("waiting for the halted learners to stop", retry_after=0.5)
+        async with ctx.sessions.begin() as session:
+            await _finish_halt(session, job_id, "halted; resuming")
+    async with ctx.sessions.begin() as session:
+        await repo.transition(
+            session, job_id, JobState.QUEUED, "resumed by user", only_from=[JobState.HALTED]
+        )
+    return await deploy_job(ctx, job_id)
+
+
+async def delete_job(ctx: Context, job_id: str) -> Outcome:
+    """Stop the learners, then delete the job's objects and Redis keys (the row stays)."""
+    async with ctx.sessions.begin() as session:
+        job = await repo.get_job_any(session, job_id)
+        if job is None:
+            return Outcome("no such job")
+        if job.desired != Desired.DELETE or job.deleted_at is None:
+            await repo.update_job(
+                session,
+                job_id,
+                desired=Desired.DELETE.value,
+                deleted_at=job.deleted_at or ctx.clock(),
+            )
+        if await _purged(session, job_id):
+            return Outcome("already deleted")
+    # The learners go first: a runner still running would upload into the deleted prefix.
+    if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
+        return Outcome("learners are stopping", retry_after=0.5)
+    removed = await asyncio.to_thread(ctx.objects.delete_prefix, f"jobs/{job_id}/")
+    keys = await streams.adelete_job_streams(ctx.redis, job_id)
+    async with ctx.sessions.begin() as session:
+        await repo.add_event(
+            session,
+            job_id,
+            PURGED_EVENT,
+            f"learners stopped; {removed} objects and {keys} live streams deleted",
+            {"objects": removed, "redis_keys": keys},
+        )
+    return Outcome("deleted")
+
+
+def _purge_recorded(job_id: ColumnElement[str] | InstrumentedAttribute[str] | str) -> Exists:
+    return exists().where(JobEvent.job_id == job_id, JobEvent.kind == PURGED_EVENT)
+
+
+async def _purged(session: AsyncSession, job_id: str) -> bool:
+    return bool((await session.execute(select(_purge_recorded(job_id)))).scalar())
+
+
+async def deleted_unpurged(session: AsyncSession) -> Sequence[Job]:
+    """Deleted jobs whose cleanup has not finished (the reconcile finishes it)."""
+    query = select(Job).where(Job.deleted_at.is_not(None), ~_purge_recorded(Job.id))
+    return (await session.execute(query)).scalars().all()

@@ -1,0 +1,175 @@
+"""The periodic sweep: make the cluster match the database, whatever messages were lost.
+
+- learners of jobs that are gone, deleted, finished or halted, and learners of older
+  attempts, are deleted;
+- a running job's learner rows are brought in line with the cluster (missed exits are
+  applied, lost learners fail the job: "learners vanished");
+- a QUEUED job that sat unchanged for a few seconds lost its nudge: it is deployed; a
+  DEPLOYING job whose learners did not appear is deployed again (creation is idempotent);
+- halts, resumes and deletes that did not finish are finished.
+
+Safe to run twice, concurrently with the tasks and the monitor, or after a crash: every
+step is one of the idempotent operations or a conditional update.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from lifecycle_manager import operations
+from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
+from lifecycle_manager.context import Context
+from lifecycle_manager.job_progress import Desired, LearnerState
+from lifecycle_manager.learner_reports import apply_cluster_view
+from storage import jobs as repo
+from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
+from storage.models import Job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    """What one sweep did; empty when everything already matched."""
+
+    stopped: list[str] = field(default_factory=list)  # learner names, or job ids (all of one)
+    deployed: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)  # jobs whose rows took cluster news
+    finished: list[str] = field(default_factory=list)  # halts, resumes, deletes completed
+    errors: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any((self.stopped, self.deployed, self.updated, self.finished, self.errors))
+
+
+@dataclass(frozen=True)
+class _JobFacts:
+    id: str
+    state: JobState
+    desired: Desired
+    attempt: int
+    deleted: bool
+    age: float
+    halting: bool  # learner rows of the current attempt say a halt is under way
+
+    @property
+    def wants_learners(self) -> bool:
+        return not self.deleted and self.state not in FINAL_STATES | {JobState.HALTED}
+
+
+async def reconcile(ctx: Context) -> ReconcileReport:
+    report = ReconcileReport()
+    try:
+        cluster: list[LearnerStatus] | None = await ctx.backend.list_learners()
+    except BackendUnavailable as error:
+        log.warning("reconcile: cluster unavailable: %s", error)
+        report.errors.append(str(error))
+        cluster = None
+    by_job: dict[str, list[LearnerStatus]] = defaultdict(list)
+    for learner in cluster or []:
+        by_job[learner.job_id].append(learner)
+    open_jobs, known, unpurged = await _load(ctx, set(by_job))
+    if cluster is not None:
+        await _stop_unwanted(ctx, by_job, known, report)
+    for facts in open_jobs:
+        try:
+            await _drive(ctx, facts, by_job.get(facts.id, []), cluster is not None, report)
+        except Exception as error:  # one job's trouble must not stop the sweep
+            log.exception("reconcile: job %s", facts.id)
+            report.errors.append(f"{facts.id}: {error!r}")
+    for job_id in unpurged:
+        try:
+            outcome = await operations.delete_job(ctx, job_id)
+            if outcome.retry_after is None:
+                report.finished.append(job_id)
+        except Exception as error:
+            log.exception("reconcile: deleting job %s", job_id)
+            report.errors.append(f"{job_id}: {error!r}")
+    if report:
+        log.info("reconcile: %s", report)
+    return report
+
+
+async def _load(
+    ctx: Context, cluster_jobs: set[str]
+) -> tuple[list[_JobFacts], dict[str, _JobFacts], list[str]]:
+    async with ctx.sessions() as session:
+        open_rows = await repo.jobs_in_states(session, [JobState.QUEUED, *ACTIVE_STATES])
+        rows: dict[str, Job] = {job.id: job for job in open_rows}
+        for job_id in cluster_jobs - set(rows):
+            job = await repo.get_job_any(session, job_id)
+            if job is not None:
+                rows[job_id] = job
+        facts = {}
+        for job in rows.values():
+            learners = await repo.learners_of(session, job.id) if job.state in ACTIVE_STATES else []
+            halting = any(
+                row.attempt == job.attempt
+                and row.state in (LearnerState.STOPPING, LearnerState.STOPPED)
+                for row in learners
+            )
+            facts[job.id] = _JobFacts(
+                id=job.id,
+                state=JobState(job.state),
+                desired=Desired(job.desired),
+                attempt=job.attempt,
+                deleted=job.deleted_at is not None,
+                age=ctx.age(job.updated_at),
+                halting=halting,
+            )
+        unpurged = [job.id for job in await operations.deleted_unpurged(session)]
+    open_jobs = [facts[job.id] for job in open_rows if job.deleted_at is None]
+    return open_jobs, facts, unpurged
+
+
+async def _stop_unwanted(
+    ctx: Context,
+    by_job: dict[str, list[LearnerStatus]],
+    known: dict[str, _JobFacts],
+    report: ReconcileReport,
+) -> None:
+    for job_id, learners in by_job.items():
+        facts = known.get(job_id)
+        live = [learner for learner in learners if not learner.stopping]
+        if not live:
+            continue
+        if facts is None or not facts.wants_learners:
+            await ctx.backend.delete_learners(job_id)
+            report.stopped.append(job_id)
+            continue
+        for learner in live:
+            if learner.attempt != facts.attempt:
+                await ctx.backend.delete_learner(learner.name)
+                report.stopped.append(learner.name)
+
+
+async def _drive(
+    ctx: Context,
+    facts: _JobFacts,
+    learners: list[LearnerStatus],
+    cluster_known: bool,
+    report: ReconcileReport,
+) -> None:
+    if facts.desired is Desired.HALT:
+        outcome = await operations.halt_job(ctx, facts.id)
+        if outcome.retry_after is None:
+            report.finished.append(facts.id)
+    elif facts.desired is not Desired.RUN:
+        return
+    elif facts.state is JobState.QUEUED:
+        if facts.age >= ctx.timings.requeue_after_s:
+            await operations.deploy_job(ctx, facts.id)
+            report.deployed.append(facts.id)
+    elif facts.halting:
+        outcome = await operations.resume_job(ctx, facts.id)
+        if outcome.retry_after is None:
+            report.finished.append(facts.id)
+    elif cluster_known:
+        seen = await apply_cluster_view(ctx, facts.id, learners)
+        if seen.exits or seen.vanished:
+            report.updated.append(facts.id)
+        if seen.not_created:
+            await operations.deploy_job(ctx, facts.id)
+            report.deployed.append(facts.id)
