@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from learner_image.metric_lines import parse_metric_line
 from learner_image.sdk.checkpoints import parse_checkpoint_name, verify_checkpoint
 from tests.services import free_port
-
-torch = pytest.importorskip("torch")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 MODEL_DIR = EXAMPLE / "model"
