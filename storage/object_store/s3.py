@@ -239,9 +239,15 @@ class S3ObjectStore:
         return True
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        for page in self._pages(validate_prefix(prefix)):
-            for item in page:
-                yield ObjectInfo(key=item["Key"], size=item["Size"])
+        # S3 lists in key order, but some compatible servers (SeaweedFS) list folder by
+        # folder, which puts "a/b" before "a-z": sort to keep the contract on every server.
+        found = [
+            ObjectInfo(key=item["Key"], size=item["Size"])
+            for page in self._pages(validate_prefix(prefix))
+            for item in page
+        ]
+        found.sort(key=lambda info: info.key)
+        return iter(found)
 
     def delete_prefix(self, prefix: str) -> int:
         count = 0

@@ -1,0 +1,116 @@
+"""Fixtures shared by every dlaas test: real services, started and stopped by the test run.
+
+Session fixtures (one per test run):
+    seaweedfs      -> str   S3 endpoint URL of a private `weed mini` (any credentials; use
+                            `tests.services.s3_client(url)` or `s3_env(url, bucket)`)
+    redis_url      -> str   `redis://host:port/db`: the machine's Redis (127.0.0.1:6379) with a
+                            database number claimed for this run and emptied at the end, else a
+                            private `redis-server` on a free port
+    postgres_server -> PostgresServer   the machine's PostgreSQL (127.0.0.1:5432, trust auth) or
+                            a private one; `.create_database()`, `.url(name)`, `.drop_database()`
+    postgres_url   -> str   `postgresql+asyncpg://...` of a fresh database made for this run and
+                            dropped at the end (shared by the run's tests: use unique ids)
+
+Per-test fixtures:
+    sqlite_url     -> str   `sqlite+aiosqlite:///<tmp>/dlaas.db` (a new file per test)
+    redis_client   -> redis.Redis on `redis_url` (bytes answers), closed after the test
+    s3_bucket      -> str   a fresh bucket name (created by whoever opens it)
+    s3_settings    -> Settings pointing at `seaweedfs` and `s3_bucket`, home in tmp_path
+
+Helpers in `tests.services`: `free_port()`, `free_ports(n)`, `start_seaweedfs(dir)`,
+`start_redis(dir)`, `start_postgres()`, `unique_name(prefix)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from storage.settings import Settings
+from tests import services
+from tests.services import PostgresServer
+
+MACHINE_REDIS = "redis://127.0.0.1:6379"
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = services.start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server.endpoint_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if services.redis_answers(MACHINE_REDIS):
+        db = services.claim_redis_db(MACHINE_REDIS)
+        if db is not None:
+            try:
+                yield f"{MACHINE_REDIS}/{db}"
+            finally:
+                services.release_redis_db(MACHINE_REDIS, db)
+            return
+    process, url = services.start_redis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield f"{url}/0"
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = services.find_postgres()
+    if server is not None:
+        yield server
+        return
+    server = services.start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    name = postgres_server.create_database()
+    try:
+        yield postgres_server.url(name)
+    finally:
+        postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def s3_bucket() -> str:
+    return services.unique_name("dlaas-test")
+
+
+@pytest.fixture
+def s3_settings(seaweedfs: str, s3_bucket: str, tmp_path: Path) -> Settings:
+    return Settings(
+        home=tmp_path / "home",
+        object_store="s3",
+        s3_endpoint_url=seaweedfs,
+        s3_bucket=s3_bucket,
+        s3_access_key=services.S3_ACCESS_KEY,
+        s3_secret_key=services.S3_SECRET_KEY,
+        s3_region=services.S3_REGION,
+    )
