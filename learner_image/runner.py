@@ -56,7 +56,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     import subprocess
@@ -301,6 +301,33 @@ class Periodic:
         self._thread.join(timeout)
 
 
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """Run `fn` in a daemon thread; `result()` waits and returns its value or raises."""
+
+    def __init__(self, name: str, fn: Callable[[], T]) -> None:
+        self._fn = fn
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
 class Runner:
     def __init__(self, config: RunnerConfig, environ: Mapping[str, str]) -> None:
         self.config = config
@@ -312,6 +339,7 @@ class Runner:
         self.reporter: Reporter | None = None
         self.shipper: LogShipper | None = None
         self.store: ObjectStore | None = None
+        self.heartbeat: Periodic | None = None
 
     # signals -------------------------------------------------------------------------------
 
@@ -356,35 +384,54 @@ class Runner:
             settings = Settings()
         except ValueError as exc:
             raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
-        self.reporter = self._connect(settings)
-        heartbeat = Periodic("dlaas-heartbeat", HEARTBEAT_S, self.reporter.heartbeat, at_start=True)
+        # Redis is imported, connected and told DOWNLOADING in the background while the fetch
+        # runs: it is the slowest part of start-up and the command does not need it to start.
+        connecting = Background("dlaas-connect", lambda: self._connect(settings))
         try:
-            self._start_shipper()
-            self.reporter.status("DOWNLOADING")
             try:
                 self.store = _open_store(settings)
                 restored = self._prepare(settings)
             except RunnerFailure as exc:
+                self._join_reporter(connecting)
                 return self._fail(str(exc))
             if self.stop_signal is not None:
+                self._join_reporter(connecting)
                 return self._stopped_before_start()
-            self.reporter.status("RUNNING")
-            return self._run_command(restored)
+            self._start_child()
+            self._join_reporter(connecting)
+            return self._supervise(restored)
         except RunnerFailure as exc:
+            if self.reporter is None:  # nothing to report to: the caller prints it
+                self._kill_child()
+                raise
             return self._fail(str(exc))
         except Exception as exc:
+            if self.reporter is None:
+                self._kill_child()
+                raise RunnerFailure(f"the learner runner failed: {exc!r}") from exc
             return self._fail(f"the learner runner failed: {type(exc).__name__}: {exc}")
         finally:
-            heartbeat.stop(timeout=1.0)
+            if self.heartbeat is not None:
+                self.heartbeat.stop(timeout=1.0)
 
     def _connect(self, settings: Settings) -> Reporter:
         from learner_image.reporter import connect
 
         c = self.config
         try:
-            return connect(settings.redis_url, c.job_id, c.learner, c.attempt)
+            reporter = connect(settings.redis_url, c.job_id, c.learner, c.attempt)
+            reporter.status("DOWNLOADING")
         except Exception as exc:
             raise RunnerFailure(f"could not reach Redis at {settings.redis_url}: {exc}") from exc
+        return reporter
+
+    def _join_reporter(self, connecting: Background[Reporter]) -> None:
+        """Wait for the Redis connection; then start the log shipper and the heartbeat."""
+        self.reporter = connecting.result()
+        self._start_shipper()
+        self.heartbeat = Periodic(
+            "dlaas-heartbeat", HEARTBEAT_S, self.reporter.heartbeat, at_start=True
+        )
 
     def _start_shipper(self) -> None:
         from learner_image.log_tee import LogShipper
@@ -431,17 +478,41 @@ class Runner:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _run_command(self, restored: str | None) -> int:
+    def _start_child(self) -> None:
         import subprocess
 
+        c = self.config
+        self.child = subprocess.Popen(
+            ["/bin/sh", "-c", c.command],
+            cwd=c.model_dir,
+            env=child_env(c, self.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if self.stop_signal is not None:
+            self._forward()
+
+    def _kill_child(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            _signal_group(child.pid, signal.SIGKILL)
+            child.wait()
+
+    def _supervise(self, restored: str | None) -> int:
+        """Tee the running command's output and sync its checkpoints until it ends, then
+        store what it left and report how it ended."""
         from learner_image.checkpoint_sync import CheckpointUploader
         from learner_image.log_tee import read_lines
         from learner_image.metric_lines import parse_metric_line
         from learner_image.metrics_parser import MetricsParser, compile_patterns
 
         c = self.config
-        shipper, reporter, store = self.shipper, self.reporter, self.store
-        assert shipper is not None and reporter is not None and store is not None
+        shipper, reporter, store, child = self.shipper, self.reporter, self.store, self.child
+        assert shipper is not None and reporter is not None
+        assert store is not None and child is not None
+        reporter.status("RUNNING")
 
         patterns = compile_patterns(c.metric_patterns)
         for problem in patterns.problems:
@@ -459,19 +530,6 @@ class Runner:
                 on_error=lambda text: shipper.line(f"[dlaas] {text}"),
                 already_uploaded=restored,
             )
-
-        self.child = subprocess.Popen(
-            ["/bin/sh", "-c", c.command],
-            cwd=c.model_dir,
-            env=child_env(c, self.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        child = self.child
-        if self.stop_signal is not None:
-            self._forward()
 
         def pump() -> None:
             assert child.stdout is not None
@@ -553,9 +611,7 @@ class Runner:
     def _fail(self, reason: str) -> int:
         """Report a failure of the runner itself: log line, exit event, exit code 3."""
         print(f"dlaas-learner: {reason}", file=sys.stderr, flush=True)
-        child = self.child
-        if child is not None and child.poll() is None:
-            _signal_group(child.pid, signal.SIGKILL)
+        self._kill_child()
         if self.shipper is not None:
             self.shipper.line(f"[dlaas] {reason}")
         self._finish_logs()

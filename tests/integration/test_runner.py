@@ -364,3 +364,11 @@ def test_missing_archive_is_a_runner_failure(learner: Learner) -> None:
     reason = learner.events()[-1]["reason"]
     assert reason.startswith("could not fetch the model archive")
     assert "never" not in learner.lines()
+
+
+def test_unreachable_redis_is_a_runner_failure_on_stderr(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    learner.redis_url = "redis://127.0.0.1:1/0"
+    code, out = learner.run("sleep 30", timeout=30)
+    assert code == RUNNER_FAILURE
+    assert "could not reach Redis at redis://127.0.0.1:1/0" in out
