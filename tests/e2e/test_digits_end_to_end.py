@@ -1,0 +1,45 @@
+"""A user's whole path: up, upload data, train the example with 2 learners, follow, download."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Platform
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_digits_example_trains_to_completion_through_the_cli(
+    platform: Platform, tmp_path: Path
+) -> None:
+    platform.dlaas("data", "upload", "digits-data", str(EXAMPLE / "data" / "digits.npz"))
+    followed = platform.dlaas(
+        "train", str(EXAMPLE / "manifest.yml"), str(EXAMPLE / "model"), "--follow", timeout=300
+    )
+    job_id = followed.stdout.splitlines()[0].strip()
+    assert job_id.startswith("training-"), followed.stdout
+    assert "final accuracy" in followed.stdout
+    assert "[1]" in followed.stdout and "[2]" in followed.stdout
+
+    job = platform.json("show", job_id)
+    assert isinstance(job, dict)
+    assert job["state"] == "COMPLETED", job
+
+    metrics = platform.json("metrics", job_id)
+    assert isinstance(metrics, dict)
+    accuracies = [m["values"]["accuracy"] for m in metrics["metrics"] if "accuracy" in m["values"]]
+    assert accuracies, metrics
+
+    dest = tmp_path / "results"
+    platform.dlaas("download", job_id, "--dest", str(dest))
+    assert (dest / "model.pt").stat().st_size > 0
+    summary = json.loads((dest / "metrics.json").read_text())
+    assert summary["test_accuracy"] >= 0.95, summary
+
+    logs = platform.dlaas("logs", job_id).stdout
+    assert "final accuracy" in logs
