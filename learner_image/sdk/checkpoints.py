@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -115,10 +116,9 @@ def _files_on_disk(path: Path) -> dict[str, int] | None:
         for f in files:
             full = os.path.join(root, f)
             st = os.lstat(full)
-            if not os.path.isfile(full) or os.path.islink(full):
+            if not stat.S_ISREG(st.st_mode):
                 return None
-            rel = PurePosixPath(Path(os.path.relpath(full, path)).as_posix())
-            found[str(rel)] = st.st_size
+            found[Path(os.path.relpath(full, path)).as_posix()] = st.st_size
     found.pop(COMMITTED, None)
     return found
 

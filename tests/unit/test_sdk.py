@@ -246,7 +246,15 @@ def test_truncated_file_falls_back_to_older_checkpoint(ckpt_dir: Path) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    ["extra file", "missing file", "bad json", "wrong step", "not a dict", "negative size"],
+    [
+        "extra file",
+        "missing file",
+        "symlinked file",
+        "bad json",
+        "wrong step",
+        "not a dict",
+        "negative size",
+    ],
 )
 def test_damaged_checkpoints_are_skipped(ckpt_dir: Path, damage: str) -> None:
     save(1)
@@ -257,6 +265,11 @@ def test_damaged_checkpoints_are_skipped(ckpt_dir: Path, damage: str) -> None:
         (newest / "surprise").write_bytes(b"!")
     elif damage == "missing file":
         (newest / "meta" / "info.json").unlink()
+    elif damage == "symlinked file":
+        outside = ckpt_dir.parent / "outside.bin"
+        outside.write_bytes((newest / "weights.bin").read_bytes())
+        (newest / "weights.bin").unlink()
+        (newest / "weights.bin").symlink_to(outside)
     elif damage == "bad json":
         committed.write_text('{"step": 2, "files": ')
     elif damage == "wrong step":
