@@ -121,11 +121,6 @@ class Learner:
 
 
 @pytest.fixture
-def redis_url() -> str:
-    return os.environ.get("DLAAS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@pytest.fixture
 def learner(tmp_path: Path, redis_url: str) -> Iterator[Learner]:
     one = Learner(tmp_path, redis_url)
     yield one
