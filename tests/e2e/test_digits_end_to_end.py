@@ -26,9 +26,11 @@ def test_the_digits_example_trains_to_completion_through_the_cli(
     assert "final accuracy" in followed.stdout
     assert "[1]" in followed.stdout and "[2]" in followed.stdout
 
-    job = platform.json("show", job_id)
-    assert isinstance(job, dict)
-    assert job["state"] == "COMPLETED", job
+    shown = platform.json("show", job_id, "--events", "100")
+    assert isinstance(shown, dict)
+    assert shown["job"]["state"] == "COMPLETED", shown
+    kinds = [event["kind"] for event in shown["events"]]
+    assert "learner_exit" in kinds and "checkpoint" in kinds, kinds
 
     metrics = platform.json("metrics", job_id)
     assert isinstance(metrics, dict)

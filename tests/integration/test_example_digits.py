@@ -169,7 +169,7 @@ def test_two_learners_reach_the_promised_accuracy(reference: Run) -> None:
         assert len(final) == 1 and float(final[0].split()[-1]) >= 0.95
 
 
-def test_metrics_are_reported_both_ways(reference: Run) -> None:
+def test_metrics_come_from_the_step_lines_and_a_final_metric_line(reference: Run) -> None:
     lines = reference.chief.output().splitlines()
     manifest = yaml.safe_load((EXAMPLE / "manifest.yml").read_text())
     regex = re.compile(manifest["evaluation_metrics"]["groups"]["training"]["regex"])
@@ -177,12 +177,9 @@ def test_metrics_are_reported_both_ways(reference: Run) -> None:
     parsed = [r for line in lines if (r := parse_metric_line(line)) is not None]
     steps = int(json.loads((reference.chief.result_dir / "metrics.json").read_text())["steps"])
     assert [int(h["step"]) for h in human] == list(range(1, steps + 1))
-    per_step = [r for r in parsed if "loss" in r]
-    assert [r["step"] for r in per_step] == list(range(1, steps + 1))
-    for h, r in zip(human, per_step, strict=True):
-        assert abs(float(h["loss"]) - r["loss"]) < 1e-3
-        assert abs(float(h["accuracy"]) - r["accuracy"]) < 1e-3
-    assert parsed[-1]["step"] == steps and parsed[-1]["test_accuracy"] >= 0.95
+    assert all(0 <= float(h["accuracy"]) <= 1 for h in human)
+    assert len(parsed) == 1
+    assert parsed[0]["step"] == steps and parsed[0]["test_accuracy"] >= 0.95
 
 
 def test_checkpoints_were_committed(reference: Run) -> None:
