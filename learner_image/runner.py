@@ -70,6 +70,7 @@ EXIT_RUNNER_FAILURE = 3
 HEARTBEAT_S = 2.0
 LOG_UPLOAD_S = 10.0
 CHECKPOINT_POLL_S = 0.5
+FETCH_POLL_S = 0.05
 SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
 DIR_ENV = {
     "MODEL_DIR": "model",
@@ -340,6 +341,7 @@ class Runner:
         self.shipper: LogShipper | None = None
         self.store: ObjectStore | None = None
         self.heartbeat: Periodic | None = None
+        self._connecting: Background[Reporter] | None = None
 
     # signals -------------------------------------------------------------------------------
 
@@ -384,21 +386,21 @@ class Runner:
             settings = Settings()
         except ValueError as exc:
             raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
-        # Redis is imported, connected and told DOWNLOADING in the background while the fetch
-        # runs: it is the slowest part of start-up and the command does not need it to start.
-        connecting = Background("dlaas-connect", lambda: self._connect(settings))
+        # Redis is imported, connected and told DOWNLOADING in a background thread, started
+        # once the command runs or when the fetch turns out to take a while: importing the
+        # client is a large part of start-up, and the command does not need it to start.
         try:
             try:
                 self.store = _open_store(settings)
                 restored = self._prepare(settings)
             except RunnerFailure as exc:
-                self._join_reporter(connecting)
+                self._join_reporter(settings)
                 return self._fail(str(exc))
             if self.stop_signal is not None:
-                self._join_reporter(connecting)
+                self._join_reporter(settings)
                 return self._stopped_before_start()
             self._start_child()
-            self._join_reporter(connecting)
+            self._join_reporter(settings)
             return self._supervise(restored)
         except RunnerFailure as exc:
             if self.reporter is None:  # nothing to report to: the caller prints it
@@ -425,9 +427,15 @@ class Runner:
             raise RunnerFailure(f"could not reach Redis at {settings.redis_url}: {exc}") from exc
         return reporter
 
-    def _join_reporter(self, connecting: Background[Reporter]) -> None:
+    def _start_connecting(self, settings: Settings) -> None:
+        if self._connecting is None:
+            self._connecting = Background("dlaas-connect", lambda: self._connect(settings))
+
+    def _join_reporter(self, settings: Settings) -> None:
         """Wait for the Redis connection; then start the log shipper and the heartbeat."""
-        self.reporter = connecting.result()
+        self._start_connecting(settings)
+        assert self._connecting is not None
+        self.reporter = self._connecting.result()
         self._start_shipper()
         self.heartbeat = Periodic(
             "dlaas-heartbeat", HEARTBEAT_S, self.reporter.heartbeat, at_start=True
@@ -467,7 +475,9 @@ class Runner:
             ckpt = pool.submit(restore)
             pending: set[Future[Any]] = {model, data, ckpt}
             while pending and self.stop_signal is None:
-                _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+                _, pending = wait(pending, timeout=FETCH_POLL_S, return_when=FIRST_EXCEPTION)
+                if pending:  # a long fetch: report DOWNLOADING meanwhile
+                    self._start_connecting(settings)
                 for fut in (model, data, ckpt):
                     if fut.done() and fut.exception() is not None:
                         exc = fut.exception()
