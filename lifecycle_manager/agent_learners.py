@@ -90,17 +90,41 @@ class LearnerRecord:
         return data
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of a process in clock ticks since boot, or None if it is gone."""
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """Fields of /proc/<pid>/stat from the state on (field 3), or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ")".
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of a live process in clock ticks since boot, or None if it is gone."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":
         return None
     return int(fields[19])
+
+
+def group_is_running(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies waiting to be reaped do not)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+    return False
+
+
+def _kill_group(pgid: int, timeout: float = 2.0) -> None:
+    """SIGKILL what is left of a process group and wait, briefly, until none of it runs."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while group_is_running(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def free_port() -> int:
@@ -312,8 +336,7 @@ class LearnerTable:
     ) -> None:
         if record.pid is not None:
             # Like a container, a learner ends with its main process: stragglers go too.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.pid, signal.SIGKILL)
+            _kill_group(record.pid)
         with self._lock:
             self._finish(record, code, signame, reason)
             if record.deleting:

@@ -1,0 +1,248 @@
+"""The node agent as a real process starting real processes, reporting to the real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from lifecycle_manager.agent_learners import group_is_running
+from lifecycle_manager.backends.base import learner_name
+from storage import streams
+from tests.integration import test_lifecycle_harness as harness
+from tests.integration.test_lifecycle_harness import AGENT_GRACE_S, Agent, start_agent
+
+shared_agent = harness.shared_agent
+agent = harness.agent
+
+PY = sys.executable
+
+
+def new_job() -> str:
+    return f"training-{secrets.token_hex(5)}"
+
+
+def put(
+    agent: Agent, job: str, learner: int, command: list[str], attempt: int = 1, **extra: Any
+) -> httpx.Response:
+    body = {
+        "job": job,
+        "learner": learner,
+        "attempt": attempt,
+        "num_learners": extra.pop("num_learners", 1),
+        "command": command,
+        **extra,
+    }
+    name = learner_name(job, learner, attempt)
+    return httpx.put(f"{agent.url}/learners/{name}", json=body, timeout=10)
+
+
+def stream_end(client: redis.Redis) -> str:
+    last: Any = client.xrevrange(streams.LEARNER_EVENTS, count=1)
+    return str(last[0][0].decode()) if last else "0-0"
+
+
+def exits_of(
+    client: redis.Redis, job: str, after: str, count: int, timeout: float = 10.0
+) -> list[tuple[str, streams.LearnerEvent]]:
+    """The next `count` exit events of `job` after stream id `after`."""
+    found: list[tuple[str, streams.LearnerEvent]] = []
+    deadline = time.monotonic() + timeout
+    while len(found) < count and time.monotonic() < deadline:
+        answer: Any = client.xread({streams.LEARNER_EVENTS: after}, block=200, count=100)
+        for _stream, entries in answer or []:
+            for entry_id, fields in entries:
+                after = entry_id.decode()
+                event = streams.decode_learner_event(fields)
+                if event.job == job and event.kind == streams.EXIT:
+                    found.append((after, event))
+    assert len(found) >= count, f"only {len(found)} of {count} exit events of {job}"
+    return found
+
+
+def gone(pgid: int) -> bool:
+    return not group_is_running(pgid)
+
+
+def test_create_is_idempotent(agent: Agent) -> None:
+    job = new_job()
+    first = put(agent, job, 1, ["sleep", "30"])
+    again = put(agent, job, 1, ["sleep", "30"])
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["pid"] == again.json()["pid"]
+    learners = agent.learners(job)
+    assert [item["name"] for item in learners] == [learner_name(job, 1, 1)]
+    assert learners[0]["phase"] == "Running"
+
+
+def test_a_name_that_does_not_match_the_body_is_refused(agent: Agent) -> None:
+    body = {"job": "j", "learner": 1, "attempt": 1, "num_learners": 1, "command": ["true"]}
+    answer = httpx.put(f"{agent.url}/learners/dlaas-other-learner-1-a1", json=body)
+    assert answer.status_code == 422
+    assert "dlaas-j-learner-1-a1" in answer.json()["detail"]
+
+
+def test_exits_are_reported_at_once_with_code_and_signal(
+    agent: Agent, redis_client: redis.Redis
+) -> None:
+    job = new_job()
+    after = stream_end(redis_client)
+    stamp = "open('exit-time', 'w').write(repr(time.time()))"
+    put(agent, job, 1, [PY, "-c", f"import os, time; {stamp}; os._exit(3)"], num_learners=2)
+    put(
+        agent,
+        job,
+        2,
+        [PY, "-c", f"import os, time; {stamp}; os.kill(os.getpid(), 9)"],
+        num_learners=2,
+    )
+    events = dict(
+        (event.learner, (entry_id, event))
+        for entry_id, event in exits_of(redis_client, job, after, 2)
+    )
+    for learner, (entry_id, event) in events.items():
+        workdir = agent.root / "jobs" / job / f"learner-{learner}" / "a1"
+        exited = float((workdir / "exit-time").read_text())
+        reported = int(entry_id.split("-")[0]) / 1000  # Redis' clock at XADD, in ms
+        assert reported - exited < 0.1, f"learner {learner} reported {reported - exited:.3f} s late"
+        assert event.fields["source"] == "agent"
+        assert event.fields["deleted"] == "0"
+    first, second = events[1][1], events[2][1]
+    assert (first.fields["exit_code"], first.fields["signal"]) == ("3", "")
+    assert first.fields["reason"] == "exit code 3"
+    assert (second.fields["exit_code"], second.fields["signal"]) == ("", "SIGKILL")
+    assert second.fields["reason"] == "killed by SIGKILL"
+    phases = {item["learner"]: (item["phase"], item["exit_code"]) for item in agent.learners(job)}
+    assert phases == {1: ("Failed", 3), 2: ("Failed", None)}
+
+
+def test_exit_zero_succeeds_and_a_missing_command_fails(agent: Agent) -> None:
+    job = new_job()
+    put(agent, job, 1, ["true"], num_learners=2)
+    put(agent, job, 2, ["no-such-command-dlaas"], num_learners=2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        phases = {item["learner"]: item for item in agent.learners(job)}
+        if phases[1]["phase"] != "Running":
+            break
+        time.sleep(0.05)
+    assert phases[1]["phase"] == "Succeeded"
+    assert phases[2]["phase"] == "Failed"
+    assert phases[2]["reason"] == "command not found: no-such-command-dlaas"
+
+
+def test_the_learner_gets_its_directories_and_environment(agent: Agent) -> None:
+    job = new_job()
+    dump = "import json, os; json.dump(dict(os.environ), open('env.json', 'w'))"
+    for learner in (1, 2):
+        answer = put(
+            agent,
+            job,
+            learner,
+            [PY, "-c", dump],
+            num_learners=2,
+            env={"TRAINING_ID": job, "LEARNER_ID": str(learner), "USER_VAR": "x"},
+            resources={"cpus": 1, "memory_bytes": 1 << 30},
+        )
+        assert answer.status_code == 201
+    envs = {}
+    for learner in (1, 2):
+        workdir = agent.root / "jobs" / job / f"learner-{learner}" / "a1"
+        deadline = time.monotonic() + 5
+        while not (workdir / "env.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        envs[learner] = json.loads((workdir / "env.json").read_text())
+        env = envs[learner]
+        for name, sub in {
+            "MODEL_DIR": "model",
+            "DATA_DIR": "data",
+            "RESULT_DIR": "result",
+            "LOG_DIR": "logs",
+            "CHECKPOINT_DIR": "checkpoints",
+        }.items():
+            assert env[name] == str(workdir / sub)
+            assert Path(env[name]).is_dir()
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["USER_VAR"] == "x"
+        assert env["LEARNER_ID"] == str(learner)
+        assert env["OMP_NUM_THREADS"] == "1"
+        assert "DLAAS_PROBE_SECRET" not in env  # nothing of the agent's own environment leaks
+        assert str(Path(PY).parent) in env["PATH"].split(os.pathsep)
+    assert envs[1]["MASTER_PORT"] == envs[2]["MASTER_PORT"]
+    assert 0 < int(envs[1]["MASTER_PORT"]) < 65536
+
+
+def test_delete_stops_the_whole_process_group(agent: Agent, redis_client: redis.Redis) -> None:
+    job = new_job()
+    after = stream_end(redis_client)
+    pid = put(agent, job, 1, ["/bin/sh", "-c", "sleep 60 & sleep 60; wait"]).json()["pid"]
+    time.sleep(0.2)
+    assert not gone(pid)
+    answer = httpx.delete(f"{agent.url}/jobs/{job}", params={"wait": 5}, timeout=10).json()
+    assert answer == {"deleted": [learner_name(job, 1, 1)], "gone": True}
+    assert gone(pid)
+    assert agent.learners(job) == []
+    assert not (agent.root / "jobs" / job).exists()
+    (_, event), *_ = exits_of(redis_client, job, after, 1)
+    assert event.fields["deleted"] == "1"
+    assert event.fields["reason"] == "killed by SIGTERM (deleted)"
+
+
+def test_delete_kills_after_the_grace_what_ignores_sigterm(
+    agent: Agent, redis_client: redis.Redis
+) -> None:
+    job = new_job()
+    after = stream_end(redis_client)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    pid = put(agent, job, 1, [PY, "-c", stubborn]).json()["pid"]
+    time.sleep(0.3)
+    started = time.monotonic()
+    answer = httpx.delete(f"{agent.url}/jobs/{job}", params={"wait": 10}, timeout=15).json()
+    assert answer["gone"] is True
+    assert time.monotonic() - started >= AGENT_GRACE_S - 0.1
+    assert gone(pid)
+    (_, event), *_ = exits_of(redis_client, job, after, 1)
+    assert event.fields["reason"] == "killed by SIGKILL (deleted)"
+
+
+def test_a_restarted_agent_re_adopts_live_learners(
+    agent: Agent, redis_url: str, redis_client: redis.Redis
+) -> None:
+    job = new_job()
+    survivor = put(agent, job, 1, ["sleep", "60"], num_learners=3).json()
+    put(agent, job, 2, ["true"], num_learners=3)
+    put(agent, job, 3, ["sleep", "0.5"], num_learners=3)
+    time.sleep(0.2)
+    agent.process.stop()
+    time.sleep(0.6)  # learner 3 ends while no agent watches it
+    assert not gone(survivor["pid"])
+    after = stream_end(redis_client)
+    port = int(agent.url.rsplit(":", 1)[1])
+    agent.process = start_agent(agent.root, redis_url, port=port).process
+    learners = {item["learner"]: item for item in agent.learners(job)}
+    assert learners[1]["phase"] == "Running"
+    assert learners[1]["pid"] == survivor["pid"]
+    assert learners[2]["phase"] == "Succeeded"
+    assert learners[3]["phase"] == "Failed"
+    assert learners[3]["reason"] == "vanished while the node agent was down"
+    (_, lost), *_ = exits_of(redis_client, job, after, 1)
+    assert lost.learner == 3
+    os.kill(survivor["pid"], signal.SIGTERM)  # it ends on its own: the agent notices
+    (_, ended), *_ = exits_of(redis_client, job, after, 2)[1:]
+    assert ended.learner == 1
+    assert ended.fields["exit_code"] == ""
+    assert "re-adopted" in ended.fields["reason"]
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/learners"])
+def test_read_endpoints_answer(agent: Agent, path: str) -> None:
+    assert httpx.get(f"{agent.url}{path}").status_code == 200

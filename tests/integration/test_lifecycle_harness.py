@@ -1,0 +1,146 @@
+"""Shared pieces of the lifecycle-manager tests: a real node agent, a fake runner, contexts.
+
+The fixtures here are imported by the `test_lifecycle_*` modules that use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lifecycle_manager.context import Context, Timings, open_context
+from storage.migrate import upgrade
+from storage.settings import Settings
+from tests import services
+from tests.services import PostgresServer, ServiceProcess
+
+AGENT_GRACE_S = 1.0
+
+# Stands in for `dlaas-learner`: records its command line and environment in its working
+# directory, then runs the user's command the way the runner does (sh -c).
+FAKE_RUNNER = f"""#!{sys.executable} -S
+import json, os, subprocess, sys
+args = sys.argv[1:]
+cut = args.index("--")
+with open("runner.json", "w") as out:
+    json.dump({{"argv": args[:cut], "env": dict(os.environ)}}, out)
+sys.exit(subprocess.call(["/bin/sh", "-c", args[cut + 1]]))
+"""
+
+
+@dataclass
+class Agent:
+    url: str
+    root: Path
+    process: ServiceProcess
+
+    def learners(self, job: str | None = None) -> list[dict[str, object]]:
+        params = {"job": job} if job else {}
+        items: list[dict[str, object]] = httpx.get(f"{self.url}/learners", params=params).json()[
+            "learners"
+        ]
+        return items
+
+    def delete_all(self) -> None:
+        for job in {str(item["job"]) for item in self.learners()}:
+            httpx.delete(f"{self.url}/jobs/{job}", params={"wait": 10}, timeout=15)
+
+
+def start_agent(root: Path, redis_url: str, port: int | None = None) -> Agent:
+    port = port or services.free_port()
+    env = {**os.environ, "DLAAS_REDIS_URL": redis_url, "DLAAS_PROBE_SECRET": "agent-only"}
+    argv = [
+        sys.executable, "-m", "lifecycle_manager.node_agent", "--port", str(port),
+        "--root", str(root), "--grace", str(AGENT_GRACE_S),
+    ]  # fmt: skip
+    process = services.start_process("agent", argv, root.parent / f"agent-{port}", env=env)
+    url = f"http://127.0.0.1:{port}"
+    services.wait_until(
+        lambda: httpx.get(f"{url}/healthz").status_code == 200, process, 30, "healthz"
+    )
+    return Agent(url, root, process)
+
+
+@pytest.fixture(scope="session")
+def shared_agent(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Agent]:
+    agent = start_agent(tmp_path_factory.mktemp("agent") / "root", redis_url)
+    try:
+        yield agent
+    finally:
+        agent.delete_all()
+        agent.process.stop()
+
+
+@pytest.fixture
+def agent(shared_agent: Agent) -> Iterator[Agent]:
+    """The shared agent, emptied of learners after the test."""
+    yield shared_agent
+    shared_agent.delete_all()
+
+
+@pytest.fixture(scope="session")
+def fake_runner(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("runner") / "fake-dlaas-learner"
+    path.write_text(FAKE_RUNNER)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated database per test (PostgreSQL: a database of its own)."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
+        upgrade(url)
+        yield url
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    name = server.create_database("dlaas_lm")
+    url = server.url(name)
+    upgrade(url)
+    try:
+        yield url
+    finally:
+        server.drop_database(name)
+
+
+def lm_settings(tmp_path: Path, database_url: str, redis_url: str, agent_url: str) -> Settings:
+    return Settings(
+        home=tmp_path / "home",
+        database_url=database_url,
+        redis_url=redis_url,
+        agent_url=agent_url,
+        objects_dir=tmp_path / "objects",
+    )
+
+
+TEST_TIMINGS = Timings(stop_wait_s=5.0, requeue_after_s=0.0, deploy_grace_s=30.0)
+
+
+@pytest.fixture
+async def ctx(
+    tmp_path: Path, database_url: str, redis_url: str, agent: Agent
+) -> AsyncIterator[Context]:
+    context = open_context(lm_settings(tmp_path, database_url, redis_url, agent.url), TEST_TIMINGS)
+    try:
+        yield context
+    finally:
+        await context.aclose()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
