@@ -1,0 +1,537 @@
+"""Redis streams that carry a job's live data: logs, metrics, learner events, heartbeats.
+
+Keys:
+    dlaas:job:{job_id}:logs         stream {"l": learner, "line": text, "t": unix time}
+    dlaas:job:{job_id}:metrics      stream {"l": learner, "m": json {"step": n|null, name: x}, "t"}
+    dlaas:job:{job_id}:heartbeats   hash   {learner: unix time}
+    dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
+                                    read by the lifecycle manager through a consumer group
+
+Key names and record encoding are pure functions. Every I/O helper has a sync twin (for
+`redis.Redis`) and an async twin named with an `a` prefix (for `redis.asyncio.Redis`); both
+build their arguments and decode their answers with the same functions, so only the call to
+Redis differs. Clients may use `decode_responses` or not: answers are decoded either way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time as clock
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.asyncio import Redis as AsyncRedis
+
+log = logging.getLogger(__name__)
+
+LEARNER_EVENTS: Final = "dlaas:learner-events"
+LOGS_MAXLEN: Final = 200_000
+METRICS_MAXLEN: Final = 200_000
+LEARNER_EVENTS_MAXLEN: Final = 100_000
+HEARTBEAT_TTL_SECONDS: Final = 24 * 3600
+
+STATUS: Final = "status"
+EXIT: Final = "exit"
+CHECKPOINT: Final = "checkpoint"
+EVENT_KINDS: Final = frozenset({STATUS, EXIT, CHECKPOINT})
+LEARNER_STATES: Final = ("DOWNLOADING", "RUNNING", "STORING", "DONE")
+
+StreamId = str
+"""A stream entry id such as '1700000000000-0'; '0-0' reads from the start."""
+
+
+# -- key names -------------------------------------------------------------------------------
+
+
+def logs_key(job_id: str) -> str:
+    return f"dlaas:job:{job_id}:logs"
+
+
+def metrics_key(job_id: str) -> str:
+    return f"dlaas:job:{job_id}:metrics"
+
+
+def heartbeats_key(job_id: str) -> str:
+    return f"dlaas:job:{job_id}:heartbeats"
+
+
+def job_keys(job_id: str) -> tuple[str, str, str]:
+    """Every key that holds data of one job."""
+    return logs_key(job_id), metrics_key(job_id), heartbeats_key(job_id)
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogLine:
+    learner: int
+    line: str
+    time: float
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    learner: int
+    time: float
+    step: int | None
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class LearnerEvent:
+    """Something a learner's runner or the node agent reports about one learner attempt."""
+
+    job: str
+    learner: int
+    attempt: int
+    kind: str
+    fields: dict[str, str] = field(default_factory=dict)
+    time: float = 0.0
+
+
+_EVENT_HEADER: Final = frozenset({"job", "learner", "attempt", "kind", "t"})
+
+
+def status_event(
+    job: str, learner: int, attempt: int, state: str, time: float | None = None
+) -> LearnerEvent:
+    if state not in LEARNER_STATES:
+        raise ValueError(f"learner state {state!r} is not one of {', '.join(LEARNER_STATES)}")
+    return LearnerEvent(job, learner, attempt, STATUS, {"state": state}, _now(time))
+
+
+def exit_event(
+    job: str,
+    learner: int,
+    attempt: int,
+    exit_code: int | None,
+    signal: str | None = None,
+    reason: str = "",
+    time: float | None = None,
+) -> LearnerEvent:
+    fields = {
+        "exit_code": "" if exit_code is None else str(exit_code),
+        "signal": signal or "",
+        "reason": reason,
+    }
+    return LearnerEvent(job, learner, attempt, EXIT, fields, _now(time))
+
+
+def checkpoint_event(
+    job: str, learner: int, attempt: int, name: str, time: float | None = None
+) -> LearnerEvent:
+    return LearnerEvent(job, learner, attempt, CHECKPOINT, {"name": name}, _now(time))
+
+
+def encode_log_line(record: LogLine) -> dict[str, str]:
+    return {"l": str(record.learner), "line": record.line, "t": repr(float(record.time))}
+
+
+def decode_log_line(fields: Mapping[Any, Any]) -> LogLine:
+    """Decode a log entry; a damaged entry decodes to what can be read, never raises."""
+    text = _text_fields(fields)
+    return LogLine(
+        learner=_int(text.get("l"), 0), line=text.get("line", ""), time=_float(text.get("t"))
+    )
+
+
+def encode_metric(record: MetricRecord) -> dict[str, str]:
+    values: dict[str, Any] = {"step": record.step}
+    values.update({name: float(x) for name, x in record.values.items() if name != "step"})
+    return {"l": str(record.learner), "m": json.dumps(values), "t": repr(float(record.time))}
+
+
+def decode_metric(fields: Mapping[Any, Any]) -> MetricRecord:
+    """Decode a metrics entry; non-numeric values are dropped, damage never raises."""
+    text = _text_fields(fields)
+    try:
+        parsed = json.loads(text.get("m", "{}"))
+    except ValueError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    step = parsed.pop("step", None)
+    values = {
+        str(name): float(x)
+        for name, x in parsed.items()
+        if isinstance(x, int | float) and not isinstance(x, bool)
+    }
+    return MetricRecord(
+        learner=_int(text.get("l"), 0),
+        time=_float(text.get("t")),
+        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+        values=values,
+    )
+
+
+def encode_learner_event(event: LearnerEvent) -> dict[str, str]:
+    clash = _EVENT_HEADER.intersection(event.fields)
+    if clash:
+        raise ValueError(f"event fields may not be named {sorted(clash)}; those are the header")
+    if event.kind not in EVENT_KINDS:
+        raise ValueError(f"event kind {event.kind!r} is not one of {sorted(EVENT_KINDS)}")
+    header = {
+        "job": event.job,
+        "learner": str(event.learner),
+        "attempt": str(event.attempt),
+        "kind": event.kind,
+        "t": repr(float(event.time)),
+    }
+    return header | event.fields
+
+
+def decode_learner_event(fields: Mapping[Any, Any] | None) -> LearnerEvent:
+    """Decode a learner event; raises ValueError if the entry is not one."""
+    if fields is None:
+        raise ValueError("the entry was deleted from the stream")
+    text = _text_fields(fields)
+    try:
+        return LearnerEvent(
+            job=text["job"],
+            learner=int(text["learner"]),
+            attempt=int(text["attempt"]),
+            kind=text["kind"],
+            fields={k: v for k, v in text.items() if k not in _EVENT_HEADER},
+            time=_float(text.get("t")),
+        )
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"not a learner event: {text!r}") from exc
+
+
+# -- argument building and answer decoding shared by the sync and async helpers -----------------
+
+
+def _xadd_kwargs(key: str, fields: dict[str, str], maxlen: int) -> dict[str, Any]:
+    return {"name": key, "fields": fields, "maxlen": maxlen, "approximate": True}
+
+
+def _xread_kwargs(key: str, after: StreamId, block_ms: int | None, count: int) -> dict[str, Any]:
+    return {"streams": {key: after}, "count": count, "block": block_ms}
+
+
+def _xreadgroup_kwargs(
+    group: str, consumer: str, block_ms: int | None, count: int, pending: bool
+) -> dict[str, Any]:
+    return {
+        "groupname": group,
+        "consumername": consumer,
+        "streams": {LEARNER_EVENTS: "0" if pending else ">"},
+        "count": count,
+        # Pending entries are already ours: never wait for them.
+        "block": None if pending else block_ms,
+    }
+
+
+def _xautoclaim_kwargs(group: str, consumer: str, min_idle_ms: int, count: int) -> dict[str, Any]:
+    return {
+        "name": LEARNER_EVENTS,
+        "groupname": group,
+        "consumername": consumer,
+        "min_idle_time": min_idle_ms,
+        "start_id": "0-0",
+        "count": count,
+    }
+
+
+def _heartbeat_kwargs(job_id: str, learner: int, time: float | None) -> dict[str, Any]:
+    return {"name": heartbeats_key(job_id), "key": str(learner), "value": repr(_now(time))}
+
+
+def _stream_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | None]]:
+    """Entries of an XREAD/XREADGROUP answer (RESP2 list or RESP3 map) for one stream."""
+    if not answer:
+        return []
+    streams = answer.items() if isinstance(answer, Mapping) else answer
+    entries: list[tuple[StreamId, Mapping[Any, Any] | None]] = []
+    for _key, items in streams:
+        entries.extend((_text(entry_id), fields) for entry_id, fields in items)
+    return entries
+
+
+def _claimed_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | None]]:
+    """Entries of an XAUTOCLAIM answer: [next id, entries, (deleted ids)]."""
+    if not answer or len(answer) < 2:
+        return []
+    return [(_text(entry_id), fields) for entry_id, fields in answer[1]]
+
+
+def _logs(answer: Any) -> list[tuple[StreamId, LogLine]]:
+    return [(i, decode_log_line(f or {})) for i, f in _stream_entries(answer)]
+
+
+def _metrics(answer: Any) -> list[tuple[StreamId, MetricRecord]]:
+    return [(i, decode_metric(f or {})) for i, f in _stream_entries(answer)]
+
+
+def _events(
+    entries: Iterable[tuple[StreamId, Mapping[Any, Any] | None]],
+) -> tuple[list[tuple[StreamId, LearnerEvent]], list[StreamId]]:
+    """Decoded events, and the ids of entries that are not events (to acknowledge and drop)."""
+    events: list[tuple[StreamId, LearnerEvent]] = []
+    rejected: list[StreamId] = []
+    for entry_id, fields in entries:
+        try:
+            events.append((entry_id, decode_learner_event(fields)))
+        except ValueError as exc:
+            log.warning("dropping learner event %s: %s", entry_id, exc)
+            rejected.append(entry_id)
+    return events, rejected
+
+
+def _heartbeats(answer: Mapping[Any, Any]) -> dict[int, float]:
+    beats: dict[int, float] = {}
+    for learner, value in _text_fields(answer).items():
+        try:
+            beats[int(learner)] = float(value)
+        except ValueError:
+            continue
+    return beats
+
+
+def _is_busy_group(exc: Exception) -> bool:
+    return "BUSYGROUP" in str(exc)
+
+
+# -- sync helpers (redis.Redis) ----------------------------------------------------------------
+
+
+def append_logs(redis: Redis, job_id: str, lines: Iterable[LogLine]) -> list[StreamId]:
+    """Append log lines in one round trip; returns their stream ids."""
+    pipe = redis.pipeline(transaction=False)
+    for line in lines:
+        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_line(line), LOGS_MAXLEN))
+    return [_text(i) for i in pipe.execute()]
+
+
+def read_logs(
+    redis: Redis,
+    job_id: str,
+    after: StreamId = "0-0",
+    *,
+    block_ms: int | None = None,
+    count: int = 1000,
+) -> list[tuple[StreamId, LogLine]]:
+    """Log lines after `after`; with `block_ms`, wait that long for one if there are none
+    (0 waits forever). Pass the last id returned as the next `after`."""
+    return _logs(redis.xread(**_xread_kwargs(logs_key(job_id), after, block_ms, count)))
+
+
+def append_metrics(redis: Redis, job_id: str, records: Iterable[MetricRecord]) -> list[StreamId]:
+    pipe = redis.pipeline(transaction=False)
+    for record in records:
+        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric(record), METRICS_MAXLEN))
+    return [_text(i) for i in pipe.execute()]
+
+
+def read_metrics(
+    redis: Redis,
+    job_id: str,
+    after: StreamId = "0-0",
+    *,
+    block_ms: int | None = None,
+    count: int = 1000,
+) -> list[tuple[StreamId, MetricRecord]]:
+    return _metrics(redis.xread(**_xread_kwargs(metrics_key(job_id), after, block_ms, count)))
+
+
+def publish_learner_event(redis: Redis, event: LearnerEvent) -> StreamId:
+    fields = encode_learner_event(event)
+    return _text(redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
+
+
+def ensure_learner_group(redis: Redis, group: str, start_id: StreamId = "0") -> None:
+    """Create the consumer group (and the stream) unless it exists. A new group sees entries
+    after `start_id`: '0' for all already in the stream, '$' for new ones only."""
+    try:
+        redis.xgroup_create(LEARNER_EVENTS, group, id=start_id, mkstream=True)
+    except Exception as exc:
+        if not _is_busy_group(exc):
+            raise
+
+
+def read_learner_events(
+    redis: Redis,
+    group: str,
+    consumer: str,
+    block_ms: int | None = None,
+    count: int = 100,
+    *,
+    pending: bool = False,
+) -> list[tuple[StreamId, LearnerEvent]]:
+    """Events delivered to `consumer`: new ones, or with `pending=True` those it was given
+    before and has not acknowledged (read these first after a restart). Acknowledge each
+    event with `ack_learner_events` once handled; entries that are not events are
+    acknowledged and dropped here."""
+    answer = redis.xreadgroup(**_xreadgroup_kwargs(group, consumer, block_ms, count, pending))
+    events, rejected = _events(_stream_entries(answer))
+    if rejected:
+        redis.xack(LEARNER_EVENTS, group, *rejected)
+    return events
+
+
+def claim_learner_events(
+    redis: Redis, group: str, consumer: str, min_idle_ms: int, count: int = 100
+) -> list[tuple[StreamId, LearnerEvent]]:
+    """Take over events other consumers were given but left unacknowledged for
+    `min_idle_ms` (a consumer that died mid-way)."""
+    answer = redis.xautoclaim(**_xautoclaim_kwargs(group, consumer, min_idle_ms, count))
+    events, rejected = _events(_claimed_entries(answer))
+    if rejected:
+        redis.xack(LEARNER_EVENTS, group, *rejected)
+    return events
+
+
+def ack_learner_events(redis: Redis, group: str, ids: Sequence[StreamId]) -> int:
+    return int(redis.xack(LEARNER_EVENTS, group, *ids)) if ids else 0
+
+
+def set_heartbeat(redis: Redis, job_id: str, learner: int, time: float | None = None) -> None:
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(**_heartbeat_kwargs(job_id, learner, time))
+    pipe.expire(heartbeats_key(job_id), HEARTBEAT_TTL_SECONDS)
+    pipe.execute()
+
+
+def get_heartbeats(redis: Redis, job_id: str) -> dict[int, float]:
+    """Last heartbeat time of each learner that sent one."""
+    return _heartbeats(redis.hgetall(heartbeats_key(job_id)))
+
+
+def delete_job_streams(redis: Redis, job_id: str) -> int:
+    return int(redis.delete(*job_keys(job_id)))
+
+
+# -- async helpers (redis.asyncio.Redis), same behaviour as the sync ones above ----------------
+
+
+async def aappend_logs(redis: AsyncRedis, job_id: str, lines: Iterable[LogLine]) -> list[StreamId]:
+    pipe = redis.pipeline(transaction=False)
+    for line in lines:
+        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_line(line), LOGS_MAXLEN))
+    return [_text(i) for i in await pipe.execute()]
+
+
+async def aread_logs(
+    redis: AsyncRedis,
+    job_id: str,
+    after: StreamId = "0-0",
+    *,
+    block_ms: int | None = None,
+    count: int = 1000,
+) -> list[tuple[StreamId, LogLine]]:
+    return _logs(await redis.xread(**_xread_kwargs(logs_key(job_id), after, block_ms, count)))
+
+
+async def aappend_metrics(
+    redis: AsyncRedis, job_id: str, records: Iterable[MetricRecord]
+) -> list[StreamId]:
+    pipe = redis.pipeline(transaction=False)
+    for record in records:
+        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric(record), METRICS_MAXLEN))
+    return [_text(i) for i in await pipe.execute()]
+
+
+async def aread_metrics(
+    redis: AsyncRedis,
+    job_id: str,
+    after: StreamId = "0-0",
+    *,
+    block_ms: int | None = None,
+    count: int = 1000,
+) -> list[tuple[StreamId, MetricRecord]]:
+    kwargs = _xread_kwargs(metrics_key(job_id), after, block_ms, count)
+    return _metrics(await redis.xread(**kwargs))
+
+
+async def apublish_learner_event(redis: AsyncRedis, event: LearnerEvent) -> StreamId:
+    fields = encode_learner_event(event)
+    return _text(await redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
+
+
+async def aensure_learner_group(redis: AsyncRedis, group: str, start_id: StreamId = "0") -> None:
+    try:
+        await redis.xgroup_create(LEARNER_EVENTS, group, id=start_id, mkstream=True)
+    except Exception as exc:
+        if not _is_busy_group(exc):
+            raise
+
+
+async def aread_learner_events(
+    redis: AsyncRedis,
+    group: str,
+    consumer: str,
+    block_ms: int | None = None,
+    count: int = 100,
+    *,
+    pending: bool = False,
+) -> list[tuple[StreamId, LearnerEvent]]:
+    kwargs = _xreadgroup_kwargs(group, consumer, block_ms, count, pending)
+    events, rejected = _events(_stream_entries(await redis.xreadgroup(**kwargs)))
+    if rejected:
+        await redis.xack(LEARNER_EVENTS, group, *rejected)
+    return events
+
+
+async def aclaim_learner_events(
+    redis: AsyncRedis, group: str, consumer: str, min_idle_ms: int, count: int = 100
+) -> list[tuple[StreamId, LearnerEvent]]:
+    kwargs = _xautoclaim_kwargs(group, consumer, min_idle_ms, count)
+    events, rejected = _events(_claimed_entries(await redis.xautoclaim(**kwargs)))
+    if rejected:
+        await redis.xack(LEARNER_EVENTS, group, *rejected)
+    return events
+
+
+async def aack_learner_events(redis: AsyncRedis, group: str, ids: Sequence[StreamId]) -> int:
+    return int(await redis.xack(LEARNER_EVENTS, group, *ids)) if ids else 0
+
+
+async def aset_heartbeat(
+    redis: AsyncRedis, job_id: str, learner: int, time: float | None = None
+) -> None:
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(**_heartbeat_kwargs(job_id, learner, time))
+    pipe.expire(heartbeats_key(job_id), HEARTBEAT_TTL_SECONDS)
+    await pipe.execute()
+
+
+async def aget_heartbeats(redis: AsyncRedis, job_id: str) -> dict[int, float]:
+    return _heartbeats(await redis.hgetall(heartbeats_key(job_id)))
+
+
+async def adelete_job_streams(redis: AsyncRedis, job_id: str) -> int:
+    return int(await redis.delete(*job_keys(job_id)))
+
+
+# -- small decoders ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _text_fields(fields: Mapping[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in fields.items()}
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _now(time: float | None) -> float:
+    return clock.time() if time is None else time
