@@ -1,21 +1,24 @@
 """Checkpoints between CHECKPOINT_DIR and the object store.
 
-Local protocol (the SDK writes it): a checkpoint is a directory `ckpt-{step:012d}/` that holds
-a `COMMITTED` file, written last; the SDK builds it as `.tmp-ckpt-...` and renames it into
-place. Remote layout: `jobs/{job}/checkpoints/{name}/<files>` with `COMMITTED` uploaded last,
-so a checkpoint is restorable exactly when its remote `COMMITTED` exists.
+Local protocol (the SDK writes it, `learner_image.sdk.checkpoints`): a checkpoint is a
+directory `ckpt-{step:012d}/` whose `COMMITTED` record, written last, lists its files and
+sizes; the SDK builds it as `.tmp-ckpt-...` and renames it into place. The runner calls a
+local checkpoint committed exactly when the SDK would restore it (`verify_checkpoint`).
+Remote layout: `jobs/{job}/checkpoints/{name}/<files>` with `COMMITTED` uploaded last, so a
+checkpoint is restorable exactly when its remote `COMMITTED` exists.
 
 - `restore_newest` (runner start): newest remote committed checkpoint -> a `.tmp-restore-*`
-  directory, files first and `COMMITTED` last, then renamed to `ckpt-.../`.
+  directory, files first and `COMMITTED` last, then renamed to `ckpt-.../`; one that does not
+  verify once downloaded is removed and the next older one tried.
 - `CheckpointUploader.sync_once` (a background poll while the command runs, and once at the
-  end): uploads the newest local committed checkpoint not yet uploaded, then deletes remote
-  checkpoints older than the newest `keep` committed ones. A checkpoint the SDK deletes while
-  it is being uploaded is abandoned (its partial upload removed); its `COMMITTED` never goes up.
+  end): uploads the newest local committed checkpoint not yet uploaded (exactly the files its
+  `COMMITTED` lists), then deletes remote checkpoints older than the newest `keep` committed
+  ones. A checkpoint the SDK deletes or replaces while it is being uploaded is abandoned (its
+  partial upload removed); its `COMMITTED` never goes up.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -24,11 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from learner_image.sdk.checkpoints import (
+    COMMITTED,
+    CommitRecord,
+    parse_checkpoint_name,
+    verify_checkpoint,
+)
+
 if TYPE_CHECKING:
     from storage.object_store import ObjectStore
-
-COMMITTED = "COMMITTED"
-PREFIX = "ckpt-"
 
 
 def checkpoints_prefix(job_id: str) -> str:
@@ -36,23 +43,23 @@ def checkpoints_prefix(job_id: str) -> str:
 
 
 def is_checkpoint_name(name: str) -> bool:
-    return name.startswith(PREFIX) and "/" not in name and not name.endswith(".tmp")
+    return parse_checkpoint_name(name) is not None
 
 
-def local_committed(checkpoint_dir: Path) -> list[str]:
-    """Names of the committed checkpoints in `checkpoint_dir`, oldest first."""
+def newest_local(checkpoint_dir: Path) -> tuple[str, CommitRecord] | None:
+    """The newest checkpoint in `checkpoint_dir` the SDK would restore, with its record."""
     try:
         entries = list(os.scandir(checkpoint_dir))
     except FileNotFoundError:
-        return []
-    names = [
-        e.name
-        for e in entries
-        if is_checkpoint_name(e.name)
-        and e.is_dir(follow_symlinks=False)
-        and os.path.isfile(os.path.join(e.path, COMMITTED))
-    ]
-    return sorted(names)
+        return None
+    names = sorted(
+        (e.name for e in entries if is_checkpoint_name(e.name) and e.is_dir()), reverse=True
+    )
+    for name in names:
+        record = verify_checkpoint(checkpoint_dir / name)
+        if record is not None:
+            return name, record
+    return None
 
 
 @dataclass(frozen=True)
@@ -76,64 +83,30 @@ def remote_checkpoints(store: ObjectStore, job_id: str) -> RemoteCheckpoints:
     return RemoteCheckpoints(sorted(committed), sorted(names - committed))
 
 
-def checkpoint_files(directory: Path) -> list[str]:
-    """Relative paths (with `/`) of the regular files in a checkpoint, `COMMITTED` excluded."""
-    files: list[str] = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        for name in sorted(names):
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, directory).replace(os.sep, "/")
-            if rel == COMMITTED or not os.path.isfile(full):
-                continue
-            files.append(rel)
-    return files
-
-
 class CheckpointVanished(Exception):
     """The local checkpoint was deleted or changed while it was being uploaded."""
 
 
-def committed_sizes(directory: Path) -> dict[str, int] | None:
-    """The `files` map of a checkpoint's COMMITTED record, if it has one."""
-    try:
-        record = json.loads((directory / COMMITTED).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointVanished(str(directory)) from None
-    except ValueError:
-        return None
-    files = record.get("files") if isinstance(record, dict) else None
-    if not isinstance(files, dict):
-        return None
-    return {str(k): int(v) for k, v in files.items() if isinstance(v, int)}
-
-
-def upload_checkpoint(store: ObjectStore, job_id: str, directory: Path) -> None:
-    """Upload one local committed checkpoint: every file, then `COMMITTED`.
+def upload_checkpoint(
+    store: ObjectStore, job_id: str, directory: Path, record: CommitRecord
+) -> None:
+    """Upload one local committed checkpoint: the files its record lists, then `COMMITTED`.
 
     Raises CheckpointVanished (after removing the partial upload) when the directory goes
-    away or does not match its COMMITTED record.
+    away or stops matching its record meanwhile (the SDK pruned or replaced it).
     """
-    name = directory.name
-    prefix = f"{checkpoints_prefix(job_id)}{name}/"
+    prefix = f"{checkpoints_prefix(job_id)}{directory.name}/"
     try:
-        expected = committed_sizes(directory)
-        files = checkpoint_files(directory)
-        if expected is not None:
-            missing = set(expected) - set(files)
-            if missing:
-                raise CheckpointVanished(f"{name}: files listed in COMMITTED are missing")
-        for rel in files:
-            path = directory / rel
-            store.put_file(prefix + rel, path)
-            if expected is not None and rel in expected and path.stat().st_size != expected[rel]:
-                raise CheckpointVanished(f"{name}/{rel}: size differs from COMMITTED")
+        for rel in sorted(record.files):
+            store.put_file(prefix + rel, directory.joinpath(*rel.split("/")))
+        if verify_checkpoint(directory) != record:
+            raise CheckpointVanished(f"{directory.name} changed while it was uploaded")
         store.put_file(prefix + COMMITTED, directory / COMMITTED)
-    except (FileNotFoundError, CheckpointVanished) as exc:
+    except (FileNotFoundError, NotADirectoryError, CheckpointVanished) as exc:
         store.delete_prefix(prefix)
         if isinstance(exc, CheckpointVanished):
             raise
-        raise CheckpointVanished(f"{name}: {exc}") from exc
+        raise CheckpointVanished(f"{directory.name}: {exc}") from exc
 
 
 def prune_remote(store: ObjectStore, job_id: str, keep: int) -> list[str]:
@@ -151,31 +124,29 @@ def prune_remote(store: ObjectStore, job_id: str, keep: int) -> list[str]:
 
 
 def restore_newest(store: ObjectStore, job_id: str, checkpoint_dir: Path) -> str | None:
-    """Download the newest remote committed checkpoint into `checkpoint_dir`; its name, or
-    None when there is none. Files land in a temp directory renamed into place at the end."""
-    remote = remote_checkpoints(store, job_id)
-    if not remote.committed:
-        return None
-    name = remote.committed[-1]
-    final = checkpoint_dir / name
-    if (final / COMMITTED).is_file():
-        return name
-    prefix = f"{checkpoints_prefix(job_id)}{name}/"
-    tmp = checkpoint_dir / f".tmp-restore-{name}-{os.getpid()}"
+    """Download the newest remote committed checkpoint that verifies into `checkpoint_dir`;
+    its name, or None when there is none. Files land in a temp directory renamed into place
+    at the end."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    _remove_tree(tmp)
-    tmp.mkdir()
-    for info in store.list(prefix):
-        rel = info.key[len(prefix) :]
-        if rel == COMMITTED:
-            continue
-        target = _safe_join(tmp, rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        store.get_file(info.key, target)
-    store.get_file(prefix + COMMITTED, tmp / COMMITTED)
-    _remove_tree(final)
-    os.rename(tmp, final)
-    return name
+    for name in reversed(remote_checkpoints(store, job_id).committed):
+        final = checkpoint_dir / name
+        if verify_checkpoint(final) is not None:
+            return name
+        tmp = checkpoint_dir / f".tmp-restore-{name}-{os.getpid()}"
+        _remove_tree(tmp)
+        tmp.mkdir()
+        prefix = f"{checkpoints_prefix(job_id)}{name}/"
+        for info in store.list(prefix):
+            rel = info.key[len(prefix) :]
+            if rel != COMMITTED:
+                store.get_file(info.key, _safe_join(tmp, rel))
+        store.get_file(prefix + COMMITTED, tmp / COMMITTED)
+        _remove_tree(final)
+        os.rename(tmp, final)
+        if verify_checkpoint(final) is not None:
+            return name
+        _remove_tree(final)
+    return None
 
 
 def _safe_join(root: Path, rel: str) -> Path:
@@ -215,14 +186,14 @@ class CheckpointUploader:
     def sync_once(self) -> str | None:
         """Upload the newest local committed checkpoint if it is new; its name or None."""
         with self._lock:
-            names = local_committed(self.checkpoint_dir)
-            if not names:
+            found = newest_local(self.checkpoint_dir)
+            if found is None:
                 return None
-            newest = names[-1]
+            newest, record = found
             if self.last_uploaded is not None and newest <= self.last_uploaded:
                 return None
             try:
-                upload_checkpoint(self.store, self.job_id, self.checkpoint_dir / newest)
+                upload_checkpoint(self.store, self.job_id, self.checkpoint_dir / newest, record)
             except CheckpointVanished:
                 return None  # the SDK replaced it; the next poll takes the newer one
             except Exception as exc:
@@ -237,8 +208,3 @@ class CheckpointUploader:
             except Exception as exc:
                 self.on_error(f"could not prune old checkpoints: {exc}")
             return newest
-
-    def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        """Poll until `stop` is set."""
-        while not stop.wait(interval):
-            self.sync_once()

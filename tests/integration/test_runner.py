@@ -263,7 +263,9 @@ def test_restores_the_newest_committed_checkpoint_before_the_command(learner: Le
         learner.objects.put_bytes(f"{base}/{name}/weights.bin", str(step).encode())
         learner.objects.put_bytes(f"{base}/{name}/nested/extra.txt", b"e")
         if committed:
-            learner.objects.put_bytes(f"{base}/{name}/COMMITTED", b'{"step": %d}' % step)
+            files = {"weights.bin": 1, "nested/extra.txt": 1}
+            record = {"step": step, "files": files, "time": 1.0}
+            learner.objects.put_bytes(f"{base}/{name}/COMMITTED", json.dumps(record).encode())
     learner.put_model({"x.txt": b""})
 
     code, out = learner.run(
