@@ -1,0 +1,107 @@
+import json
+from pathlib import Path
+
+from lifecycle_manager.backends.base import Resources, learner_name
+from lifecycle_manager.learner_specs import learner_specs
+from storage.settings import Settings
+
+MANIFEST = {
+    "name": "digits",
+    "learners": 2,
+    "cpus": 1.5,
+    "gpus": 0,
+    "memory": 2 * 1024**3,
+    "framework": {"name": "pytorch", "command": "python train.py --epochs 2"},
+    "data_stores": [{"id": "d", "training_data": {"container": "digits"}}],
+    "evaluation_metrics": {
+        "groups": {"a": {"regex": "acc=(?P<acc>[0-9.]+)"}},
+        "regex": ["loss=(?P<loss>[0-9.]+)", "acc=(?P<acc>[0-9.]+)"],
+    },
+    "checkpoint": {"interval_s": 12.5, "keep": 3},
+    "environment": {"LR": "0.1"},
+}
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        home=tmp_path,
+        redis_url="redis://r:6379/2",
+        database_url="postgresql+asyncpg://db/dlaas",
+        s3_secret_key="s3cret",
+    )
+
+
+def test_one_spec_per_learner_with_the_runner_command(tmp_path: Path) -> None:
+    specs = learner_specs(
+        job_id="training-abc",
+        owner_id=7,
+        attempt=3,
+        num_learners=2,
+        manifest=MANIFEST,
+        settings=settings(tmp_path),
+    )
+    assert [spec.name for spec in specs] == [
+        learner_name("training-abc", 1, 3),
+        learner_name("training-abc", 2, 3),
+    ]
+    assert specs[0].name == "dlaas-training-abc-learner-1-a3"
+    assert specs[1].command == [
+        "dlaas-learner", "--job", "training-abc", "--learner", "2", "--attempt", "3",
+        "--", "python train.py --epochs 2",
+    ]  # fmt: skip
+    assert specs[0].resources == Resources(cpus=1.5, memory_bytes=2 * 1024**3, gpus=0)
+
+
+def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
+    spec = learner_specs(
+        job_id="training-abc",
+        owner_id=7,
+        attempt=3,
+        num_learners=2,
+        manifest=MANIFEST,
+        settings=settings(tmp_path),
+    )[1]
+    env = spec.env
+    assert {key: env[key] for key in ("TRAINING_ID", "LEARNER_ID", "RANK")} == {
+        "TRAINING_ID": "training-abc",
+        "LEARNER_ID": "2",
+        "RANK": "1",
+    }
+    assert env["NUM_LEARNERS"] == env["WORLD_SIZE"] == "2"
+    assert env["GPU_COUNT"] == "0"
+    assert env["DLAAS_ATTEMPT"] == "3"
+    assert env["DLAAS_CHECKPOINT_INTERVAL"] == "12.5"
+    assert env["DLAAS_CHECKPOINT_KEEP"] == "3"
+    assert env["DLAAS_DATA_PREFIX"] == "data/7/digits/"
+    assert json.loads(env["DLAAS_METRIC_PATTERNS"]) == [
+        "acc=(?P<acc>[0-9.]+)",
+        "loss=(?P<loss>[0-9.]+)",
+    ]
+    assert env["DLAAS_REDIS_URL"] == "redis://r:6379/2"
+    assert env["DLAAS_OBJECTS_DIR"] == str(tmp_path / "objects")
+    assert env["DLAAS_S3_SECRET_KEY"] == "s3cret"
+    assert "DLAAS_DATABASE_URL" not in env  # learners never touch the database
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["LR"] == "0.1"
+
+
+def test_a_bare_manifest_takes_the_defaults(tmp_path: Path) -> None:
+    manifest = {"framework": {"command": "true"}}
+    (spec,) = learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=1, manifest=manifest,
+        settings=settings(tmp_path),
+    )  # fmt: skip
+    assert spec.env["DLAAS_DATA_PREFIX"] == ""
+    assert spec.env["DLAAS_METRIC_PATTERNS"] == "[]"
+    assert spec.env["DLAAS_CHECKPOINT_INTERVAL"] == "30.0"
+    assert spec.env["DLAAS_CHECKPOINT_KEEP"] == "2"
+    assert spec.resources == Resources()
+
+
+def test_user_environment_cannot_override_what_dlaas_sets(tmp_path: Path) -> None:
+    manifest = {"framework": {"command": "true"}, "environment": {"RANK": "9", "DLAAS_X": "1"}}
+    (spec,) = learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=1, manifest=manifest,
+        settings=settings(tmp_path),
+    )  # fmt: skip
+    assert spec.env["RANK"] == "0"
