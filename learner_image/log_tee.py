@@ -1,12 +1,13 @@
 """Tee the training command's output: live to Redis in small batches, durably to local files.
 
-The reader (the runner's main loop) turns the pipe into lines with `read_lines` and hands
-each line, and any metric parsed from it, to a `LogShipper`. The shipper's thread writes them
-to the durable log / metrics files and sends them to a `Sink` (Redis) in batches: a batch
-leaves as soon as no more lines are waiting, when it holds `max_items`, or at the latest
-`max_delay` seconds after its first line, so a follower sees a line within milliseconds
-while a chatty program still costs one round trip per few hundred lines. When the sink
-fails, lines go to the durable files only for `SINK_RETRY_S` seconds before the next try.
+The reader (a runner thread) turns the pipe into lines with `read_lines` and hands each line,
+and any metric parsed from it, to a `LogShipper`. The shipper appends them to the durable
+log / metrics files at once and queues them for its thread, which sends them to a `Sink`
+(Redis) in batches: a batch leaves as soon as no more lines are waiting, when it holds
+`max_items`, or at the latest `max_delay` seconds after its first line, so a follower sees a
+line within milliseconds while a chatty program still costs one round trip per few hundred
+lines. When the sink fails, lines go to the durable files only for `SINK_RETRY_S` seconds
+before the next try.
 """
 
 from __future__ import annotations
@@ -129,8 +130,22 @@ def metric_json(learner: int, metric: TimedMetric) -> str:
 _STOP = object()
 
 
+def dropped_marker(count: int) -> str:
+    return (
+        f"[dlaas] {count} lines were left out of the live log: the program wrote faster than "
+        "they could be streamed. The stored log has every line (dlaas logs, once the job ends)."
+    )
+
+
 class LogShipper:
-    """Background thread: durable files first, then the sink, batch by batch."""
+    """Durable files written by the caller's thread; the live stream fed by a background one.
+
+    `line()` appends to the durable log (and metrics) file at once, so those files are
+    complete whatever happens to the live stream, and queues the line for the sink. When more
+    than `max_pending` items wait for the sink (a program writing faster than Redis takes
+    lines), further lines skip the live stream until the backlog halves, and a marker line
+    says how many were left out.
+    """
 
     def __init__(
         self,
@@ -140,37 +155,67 @@ class LogShipper:
         learner: int,
         max_items: int = 200,
         max_delay: float = 0.02,
+        max_pending: int = 50_000,
     ) -> None:
         self.sink = sink
         self.learner = learner
         self.log_path = log_path
         self.metrics_path = metrics_path
+        self.max_pending = max_pending
         self._log = log_path.open("a", encoding="utf-8")
         self._metrics = metrics_path.open("a", encoding="utf-8")
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._batcher: LineBatcher[Item] = LineBatcher(max_items, max_delay)
         self._file_lock = threading.Lock()
+        self._line_lock = threading.Lock()
+        self.dropped = 0
+        self._dropping = 0
         self.sink_failures = 0
         self._sink_retry_at = 0.0
         self._thread = threading.Thread(target=self._run, name="dlaas-log-shipper", daemon=True)
         self._thread.start()
 
     def line(self, text: str, metric: MetricRecord | None = None) -> None:
+        """Record one line of output (and the metric parsed from it); thread-safe."""
         now = time.time()
-        self._queue.put(LogLine(text, now))
-        if metric is not None:
-            self._queue.put(TimedMetric(metric, now))
+        timed = TimedMetric(metric, now) if metric is not None else None
+        with self._file_lock:
+            if self._log.closed:
+                return
+            self._log.write(text + "\n")
+            if timed is not None:
+                self._metrics.write(metric_json(self.learner, timed) + "\n")
+        with self._line_lock:
+            backlog = self._queue.qsize()
+            if self._dropping:
+                if backlog > self.max_pending // 2:
+                    self._dropping += 1
+                    self.dropped += 1
+                    return
+                self._queue.put(LogLine(dropped_marker(self._dropping), now))
+                self._dropping = 0
+            elif backlog >= self.max_pending:
+                self._dropping = 1
+                self.dropped += 1
+                return
+            self._queue.put(LogLine(text, now))
+            if timed is not None:
+                self._queue.put(timed)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Send what is pending and stop the thread; files stay readable."""
-        self._queue.put(_STOP)
+    def close(self, timeout: float = 30.0) -> None:
+        """Send what is pending, stop the thread and close the files (they stay readable)."""
+        with self._line_lock:
+            if self._dropping:
+                self._queue.put(LogLine(dropped_marker(self._dropping), time.time()))
+                self._dropping = 0
+            self._queue.put(_STOP)
         self._thread.join(timeout)
         with self._file_lock:
             self._log.close()
             self._metrics.close()
 
     def flush_files(self) -> None:
-        """Make everything written so far visible to a reader of the durable files."""
+        """Make everything recorded so far visible to a reader of the durable files."""
         with self._file_lock:
             if not self._log.closed:
                 self._log.flush()
@@ -195,21 +240,14 @@ class LogShipper:
                 self._send(batcher.take())
 
     def _send(self, items: list[Item]) -> None:
+        self.flush_files()
         if not items:
             return
-        lines = [i for i in items if isinstance(i, LogLine)]
-        metrics = [i for i in items if isinstance(i, TimedMetric)]
-        with self._file_lock:
-            if self._log.closed:
-                return
-            self._log.writelines(line.text + "\n" for line in lines)
-            self._log.flush()
-            if metrics:
-                self._metrics.writelines(metric_json(self.learner, m) + "\n" for m in metrics)
-                self._metrics.flush()
         now = time.monotonic()
         if now < self._sink_retry_at:
             return
+        lines = [i for i in items if isinstance(i, LogLine)]
+        metrics = [i for i in items if isinstance(i, TimedMetric)]
         try:
             self.sink.send(lines, metrics)
         except Exception as exc:

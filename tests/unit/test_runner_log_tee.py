@@ -1,10 +1,25 @@
-"""Line splitting and batching of the runner's output tee."""
+"""Line splitting, batching and shipping of the runner's output tee."""
 
 from __future__ import annotations
 
 import io
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
 
-from learner_image.log_tee import TRUNCATED_MARK, LineBatcher, decode_line, read_lines
+from learner_image.log_tee import (
+    TRUNCATED_MARK,
+    LineBatcher,
+    LogLine,
+    LogShipper,
+    TimedMetric,
+    decode_line,
+    dropped_marker,
+    read_lines,
+)
+from learner_image.metrics_parser import MetricRecord
 
 
 def test_decode_line_strips_newline_and_replaces_bad_utf8() -> None:
@@ -66,3 +81,83 @@ def test_batcher_clock_restarts_with_each_batch() -> None:
     batcher.add("c", 5.0)
     assert not batcher.due(5.125)
     assert batcher.due(5.25)
+
+
+class FakeSink:
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False) -> None:
+        self.lines: list[str] = []
+        self.metrics: list[MetricRecord] = []
+        self.batches = 0
+        self.gate = gate
+        self.fail = fail
+
+    def send(self, lines: Sequence[LogLine], metrics: Sequence[TimedMetric]) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail:
+            raise ConnectionError("redis is down")
+        self.batches += 1
+        self.lines.extend(line.text for line in lines)
+        self.metrics.extend(m.record for m in metrics)
+
+
+def shipper_for(tmp_path: Path, sink: FakeSink, **kwargs: int) -> LogShipper:
+    return LogShipper(sink, tmp_path / "l.log", tmp_path / "l.metrics.jsonl", 1, **kwargs)
+
+
+def test_shipper_sends_every_line_in_order_and_writes_the_files(tmp_path: Path) -> None:
+    sink = FakeSink()
+    shipper = shipper_for(tmp_path, sink)
+    for i in range(1000):
+        shipper.line(f"line {i}", MetricRecord(i, {"loss": 0.5}) if i % 100 == 0 else None)
+    shipper.close()
+    expected = [f"line {i}" for i in range(1000)]
+    assert sink.lines == expected
+    assert [m.step for m in sink.metrics] == list(range(0, 1000, 100))
+    assert (tmp_path / "l.log").read_text().splitlines() == expected
+    records = [json.loads(x) for x in (tmp_path / "l.metrics.jsonl").read_text().splitlines()]
+    assert records[1]["learner"] == 1
+    assert records[1]["step"] == 100
+    assert records[1]["values"] == {"loss": 0.5}
+
+
+def test_shipper_sends_a_lone_line_at_once(tmp_path: Path) -> None:
+    sink = FakeSink()
+    shipper = shipper_for(tmp_path, sink)
+    shipper.line("hello")
+    deadline = time.monotonic() + 2
+    while not sink.lines and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sink.lines == ["hello"]
+    shipper.close()
+
+
+def test_a_backlog_skips_the_live_stream_but_not_the_file(tmp_path: Path) -> None:
+    gate = threading.Event()
+    sink = FakeSink(gate)
+    shipper = shipper_for(tmp_path, sink, max_pending=10)
+    shipper.line("first")
+    time.sleep(0.05)  # the shipper now waits on the gate with "first"
+    for i in range(100):
+        shipper.line(f"line {i}")
+    gate.set()
+    time.sleep(0.05)
+    shipper.line("after")
+    shipper.close()
+    assert (tmp_path / "l.log").read_text().splitlines() == (
+        ["first"] + [f"line {i}" for i in range(100)] + ["after"]
+    )
+    assert shipper.dropped == 90
+    assert sink.lines[:11] == ["first"] + [f"line {i}" for i in range(10)]
+    assert sink.lines[11] == dropped_marker(90)
+    assert sink.lines[12:] == ["after"]
+
+
+def test_a_failing_sink_leaves_the_durable_log_whole(tmp_path: Path) -> None:
+    sink = FakeSink(fail=True)
+    shipper = shipper_for(tmp_path, sink)
+    for i in range(300):
+        shipper.line(f"line {i}")
+    shipper.close()
+    assert shipper.sink_failures >= 1
+    assert len((tmp_path / "l.log").read_text().splitlines()) == 300
