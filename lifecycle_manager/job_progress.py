@@ -102,6 +102,7 @@ class Decision:
     target: JobState | None = None
     reason: str = ""
     actions: tuple[Action, ...] = ()
+    via: tuple[JobState, ...] = ()  # states to pass through first, as the table requires
 
 
 NO_CHANGE = Decision()
@@ -171,11 +172,10 @@ def decide(job: JobView) -> Decision:
     if learners and all(learner.state is LearnerState.SUCCEEDED for learner in learners):
         count = len(learners)
         noun = "learner" if count == 1 else "learners"
-        return Decision(
-            JobState.COMPLETED,
-            f"training finished: {count} {noun} exited 0",
-            (Action.STOP_LEARNERS,),
-        )
+        # Learners may finish before their progress was seen; the job still passes RUNNING.
+        via = () if job.state in (JobState.RUNNING, JobState.STORING) else (JobState.RUNNING,)
+        reason = f"training finished: {count} {noun} exited 0"
+        return Decision(JobState.COMPLETED, reason, (Action.STOP_LEARNERS,), via)
     return _progress(job)
 
 

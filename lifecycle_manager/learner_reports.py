@@ -103,10 +103,13 @@ async def _decide(
     decision = decide(job_view(job, rows))
     if decision.target is None:
         return ()
-    result = await repo.transition(
-        session, job.id, decision.target, decision.reason, {"attempt": job.attempt}
-    )
-    return decision.actions if result.changed else ()
+    for state in (*decision.via, decision.target):
+        result = await repo.transition(
+            session, job.id, state, decision.reason, {"attempt": job.attempt}
+        )
+        if not result.changed:
+            return ()
+    return decision.actions
 
 
 async def run_actions(ctx: Context, job_id: str, actions: Sequence[Action]) -> None:

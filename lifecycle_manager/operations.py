@@ -143,11 +143,12 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome("no such job")
         if job.desired != Desired.HALT or job.state in FINAL_STATES:
             return Outcome(f"nothing to halt: the job is {job.state} and to {job.desired}")
+        if job.state == JobState.HALTED:
+            return Outcome("already halted")
         if job.state == JobState.QUEUED:
             await _finish_halt(session, job_id, "halted by user")
             return Outcome("halted before it was deployed")
-        if job.state != JobState.HALTED:
-            await _mark_stopping(session, job)
+        await _mark_stopping(session, job)
     if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
         return Outcome("learners are stopping", retry_after=0.5)
     async with ctx.sessions.begin() as session:

@@ -30,8 +30,9 @@ FAKE_RUNNER = f"""#!{sys.executable} -S
 import json, os, subprocess, sys
 args = sys.argv[1:]
 cut = args.index("--")
-with open("runner.json", "w") as out:
+with open("runner.json.tmp", "w") as out:
     json.dump({{"argv": args[:cut], "env": dict(os.environ)}}, out)
+os.replace("runner.json.tmp", "runner.json")
 sys.exit(subprocess.call(["/bin/sh", "-c", args[cut + 1]]))
 """
 

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from lifecycle_manager.job_progress import (
@@ -62,6 +64,16 @@ def test_every_learner_exiting_zero_completes_the_job() -> None:
     assert decision == Decision(
         JobState.COMPLETED, "training finished: 2 learners exited 0", (Action.STOP_LEARNERS,)
     )
+
+
+@pytest.mark.parametrize("state", [JobState.DEPLOYING, JobState.DOWNLOADING])
+def test_learners_finishing_before_their_progress_was_seen_pass_through_running(
+    state: JobState,
+) -> None:
+    decision = decide(job(state, L.SUCCEEDED))
+    assert (decision.via, decision.target) == ((JobState.RUNNING,), JobState.COMPLETED)
+    path = [state, *decision.via, decision.target]
+    assert all(can_transition(a, b) for a, b in itertools.pairwise(path))
 
 
 def test_one_learner_succeeding_is_not_enough() -> None:
