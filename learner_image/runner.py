@@ -20,8 +20,9 @@ uploads checkpoints, not only learner 1), `DLAAS_STOP_GRACE_S` (default 10). The
 the runner's environment, with the directory variables made absolute, `PYTHONUNBUFFERED=1`
 unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`.
 
-What it does: status DOWNLOADING -> model archive, data and the newest committed checkpoint
-fetched in parallel -> status RUNNING -> the command runs; its merged stdout/stderr goes line
+What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
+the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->
+status RUNNING -> the command runs; its merged stdout/stderr goes line
 by line to the job's Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
 `jobs/{job}/logs/learner-{n}.log` every 10 s and at the end) and through the metric parsers
 to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
@@ -462,23 +463,30 @@ class Runner:
         for d in (c.data_dir, c.result_dir, c.checkpoint_dir):
             d.mkdir(parents=True, exist_ok=True)
 
+        def earlier_logs() -> None:
+            try:
+                fetch_earlier_logs(store, c)
+            except Exception as exc:  # the stored log then starts with this attempt
+                print(f"dlaas-learner: no earlier log: {exc}", file=sys.stderr, flush=True)
+
         def restore() -> str | None:
             try:
                 return restore_newest(store, c.job_id, c.checkpoint_dir)
             except Exception as exc:
                 raise FetchError(f"could not restore the last checkpoint: {exc}") from exc
 
-        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="dlaas-fetch")
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dlaas-fetch")
         try:
             model = pool.submit(fetch_model, store, settings, c.job_id, c.model_dir)
             data = pool.submit(fetch_data, store, c.data_prefix, c.data_dir)
             ckpt = pool.submit(restore)
-            pending: set[Future[Any]] = {model, data, ckpt}
+            logs = pool.submit(earlier_logs)
+            pending: set[Future[Any]] = {model, data, ckpt, logs}
             while pending and self.stop_signal is None:
                 _, pending = wait(pending, timeout=FETCH_POLL_S, return_when=FIRST_EXCEPTION)
                 if pending:  # a long fetch: report DOWNLOADING meanwhile
                     self._start_connecting(settings)
-                for fut in (model, data, ckpt):
+                for fut in (model, data, ckpt, logs):
                     if fut.done() and fut.exception() is not None:
                         exc = fut.exception()
                         raise RunnerFailure(str(exc)) from exc
@@ -566,12 +574,13 @@ class Runner:
         if ckpt_poll is not None:
             ckpt_poll.stop()
 
+        stopped = self.stop_signal is not None
         report = describe_exit(returncode, self.stop_signal, self.killed_after_grace)
-        if self.stop_signal is None:
+        if not stopped:
             reporter.status("STORING")
         if uploader is not None:
             uploader.sync_once()
-        if self.stop_signal is None:
+        if not stopped:
             self._upload_results()
         if report.exit_code != 0:
             shipper.line(f"[dlaas] {report.reason}")
@@ -631,6 +640,21 @@ class Runner:
             except Exception as exc:
                 print(f"dlaas-learner: could not report the exit: {exc}", file=sys.stderr)
         return EXIT_RUNNER_FAILURE
+
+
+def fetch_earlier_logs(store: ObjectStore, config: RunnerConfig) -> None:
+    """Continue the stored log and metrics of earlier attempts of this learner: download them
+    into LOG_DIR unless the local files exist already (a reused working directory)."""
+    from storage.object_store import ObjectNotFound
+
+    for key, path in (
+        (config.log_key, config.log_path),
+        (config.metrics_key, config.metrics_path),
+    ):
+        if path.exists():
+            continue
+        with contextlib.suppress(ObjectNotFound):
+            store.get_file(key, path)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

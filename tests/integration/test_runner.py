@@ -369,3 +369,17 @@ def test_unreachable_redis_is_a_runner_failure_on_stderr(learner: Learner) -> No
     code, out = learner.run("sleep 30", timeout=30)
     assert code == RUNNER_FAILURE
     assert "could not reach Redis at redis://127.0.0.1:1/0" in out
+
+
+def test_a_new_attempt_continues_the_stored_log(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    code, out = learner.run("echo from attempt 0")
+    assert code == 0, out
+    again = Learner(learner.tmp / "again", learner.redis_url, job_id=learner.job_id)
+    again.objects = learner.objects
+    again.env.update(DLAAS_OBJECTS_DIR=str(learner.tmp / "objects"), DLAAS_ATTEMPT="1")
+    code, out = again.run("echo from attempt 1")
+    assert code == 0, out
+    stored = learner.objects.get_bytes(f"jobs/{learner.job_id}/logs/learner-1.log").decode()
+    assert stored.splitlines() == ["from attempt 0", "from attempt 1"]
+    assert [e["attempt"] for e in learner.events() if e["kind"] == "exit"] == ["0", "1"]
