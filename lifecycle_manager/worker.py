@@ -10,7 +10,7 @@ is safe to run twice. Environment: the `DLAAS_*` settings.
 from __future__ import annotations
 
 import logging
-import socket
+import os
 import sys
 
 from lifecycle_manager.celery_app import app
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         "worker",
         "--pool=solo",
         "--loglevel=INFO",
-        f"--hostname=dlaas-lm-{socket.gethostname()}-%i@%h",
+        f"--hostname=dlaas-lm-{os.getpid()}@%h",
         *(["--beat"] if beat else []),
         *args,
     ]
