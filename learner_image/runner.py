@@ -42,7 +42,9 @@ often out of memory); 3 when the runner failed before or around the command (arc
 fetched or unsafe, object store or Redis unreachable); the reason is also the last line
 of the job's log. SIGTERM/SIGINT to the runner are forwarded to the command's process group,
 followed by SIGKILL after `DLAAS_STOP_GRACE_S`; committed checkpoints and the log are still
-uploaded (not the results) and the exit event says `stopped by SIGTERM`.
+uploaded (not the results); the exit event says `stopped by SIGTERM` and the exit code is
+128+N of the signal that ended the command (the stop signal when it exited by itself), so a
+stopped learner is never mistaken for a finished one.
 """
 
 from __future__ import annotations
@@ -251,12 +253,14 @@ def describe_exit(
 ) -> ExitReport:
     """Exit code, signal name and reason for how the command ended (Popen.returncode)."""
     if stop_signal is not None:
+        # A stopped learner did not finish, however its command ended: never report success.
         how = f"stopped by {signal_name(stop_signal)}"
         if killed_after_grace:
             how += " (killed with SIGKILL after the grace period)"
-        code = 128 - returncode if returncode < 0 else returncode
-        sig = signal_name(-returncode) if returncode < 0 else ""
-        return ExitReport(code, sig, how)
+        elif returncode >= 0:
+            how += f" (the command then exited with code {returncode})"
+        sig = -returncode if returncode < 0 else stop_signal
+        return ExitReport(128 + sig, signal_name(sig), how)
     if returncode == 0:
         return ExitReport(0, "", "the command exited with code 0")
     if returncode < 0:
@@ -624,7 +628,7 @@ class Runner:
             self.shipper.line(f"[dlaas] {reason}")
         self._finish_logs()
         code = 128 + self.stop_signal
-        self.reporter.exit(code, "", reason, source="command")
+        self.reporter.exit(code, name, reason, source="command")
         return code
 
     def _fail(self, reason: str) -> int:

@@ -383,3 +383,16 @@ def test_a_new_attempt_continues_the_stored_log(learner: Learner) -> None:
     stored = learner.objects.get_bytes(f"jobs/{learner.job_id}/logs/learner-1.log").decode()
     assert stored.splitlines() == ["from attempt 0", "from attempt 1"]
     assert [e["attempt"] for e in learner.events() if e["kind"] == "exit"] == ["0", "1"]
+
+
+def test_a_stopped_command_that_exits_zero_is_not_a_success(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    proc = learner.start("trap 'echo bye; exit 0' TERM; echo ready; sleep 30 & wait")
+    learner.wait_for_line("ready")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM
+    exit_event = learner.events()[-1]
+    assert (exit_event["exit_code"], exit_event["signal"]) == ("143", "SIGTERM")
+    assert exit_event["reason"] == "stopped by SIGTERM (the command then exited with code 0)"
+    assert "bye" in learner.lines()

@@ -113,4 +113,5 @@ def test_describe_exit_when_stopped() -> None:
     assert forced.exit_code == 137
     assert "after the grace period" in forced.reason
     handled = describe_exit(0, stop_signal=signal.SIGINT)
-    assert (handled.exit_code, handled.reason) == (0, "stopped by SIGINT")
+    assert (handled.exit_code, handled.signal) == (130, "SIGINT")
+    assert handled.reason == "stopped by SIGINT (the command then exited with code 0)"
