@@ -512,6 +512,7 @@ class Runner:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         if self.stop_signal is not None:
             self._forward()
@@ -644,6 +645,30 @@ class Runner:
             except Exception as exc:
                 print(f"dlaas-learner: could not report the exit: {exc}", file=sys.stderr)
         return EXIT_RUNNER_FAILURE
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook that has the kernel SIGKILL the command if the runner dies first (Linux
+    PR_SET_PDEATHSIG), so a runner killed outright leaves no training process behind. It only
+    calls a function resolved beforehand: nothing that could wait for a lock held by another
+    thread at fork time."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the runner died before the hook ran
+            os._exit(1)
+
+    return hook
 
 
 def fetch_earlier_logs(store: ObjectStore, config: RunnerConfig) -> None:

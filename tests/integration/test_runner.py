@@ -396,3 +396,24 @@ def test_a_stopped_command_that_exits_zero_is_not_a_success(learner: Learner) ->
     assert (exit_event["exit_code"], exit_event["signal"]) == ("143", "SIGTERM")
     assert exit_event["reason"] == "stopped by SIGTERM (the command then exited with code 0)"
     assert "bye" in learner.lines()
+
+
+def test_the_command_dies_with_a_runner_killed_outright(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    proc = learner.start("echo $$ > $RESULT_DIR/pid; echo ready; exec sleep 60")
+    learner.wait_for_line("ready")
+    pid = int((learner.workdir / "results" / "pid").read_text())
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and process_alive(pid):
+        time.sleep(0.05)
+    assert not process_alive(pid)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
