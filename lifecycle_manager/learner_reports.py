@@ -32,7 +32,7 @@ from lifecycle_manager.job_progress import (
 )
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import JobState
+from storage.job_states import FINAL_STATES, JobState
 from storage.models import Job, Learner
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,8 @@ def _after_exit(
     previous = LearnerState(row.state)
     if previous in ENDING - {LearnerState.STOPPING}:
         return None
+    # A job that already finished stops its remaining learners: their exits are no failures.
+    stopped = stopped or JobState(job.state) in FINAL_STATES
     state, why = learner_after_exit(
         previous, Desired(job.desired), exit_code, signal, reason, stopped=stopped
     )

@@ -115,11 +115,11 @@ async def _mark_stopping(session: AsyncSession, job: Job) -> None:
             )
 
 
-async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> bool:
+async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
     """Every learner is gone: rows still STOPPING are STOPPED, the job HALTED."""
     job = await repo.get_job_any(session, job_id)
-    if job is None:
-        return False
+    if job is None or job.state not in (JobState.QUEUED, *ACTIVE_STATES):
+        return  # already HALTED (the monitor saw the last exit), or finished meanwhile
     for row in await repo.learners_of(session, job_id):
         if row.attempt == job.attempt and row.state == LearnerState.STOPPING:
             await repo.set_learner_state(
@@ -130,9 +130,7 @@ async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> bool:
                 LearnerState.STOPPED.value,
                 reason="stopped (halted)",
             )
-    only_from = [JobState.QUEUED, *ACTIVE_STATES]
-    moved = await repo.transition(session, job_id, JobState.HALTED, reason, only_from=only_from)
-    return moved.changed
+    await repo.transition(session, job_id, JobState.HALTED, reason)
 
 
 async def halt_job(ctx: Context, job_id: str) -> Outcome:
@@ -177,9 +175,11 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
         async with ctx.sessions.begin() as session:
             await _finish_halt(session, job_id, "halted; resuming")
     async with ctx.sessions.begin() as session:
-        await repo.transition(
-            session, job_id, JobState.QUEUED, "resumed by user", only_from=[JobState.HALTED]
-        )
+        job = await repo.get_job_any(session, job_id)
+        if job is not None and job.state == JobState.HALTED:
+            await repo.transition(
+                session, job_id, JobState.QUEUED, "resumed by user", only_from=[JobState.HALTED]
+            )
     return await deploy_job(ctx, job_id)
 
 
