@@ -8,7 +8,9 @@ Command line (every flag falls back to the environment the backend sets anyway):
   `--attempt` (env `DLAAS_ATTEMPT`, default 0).
 - The user's command: the words after `--`; a single word is a shell script run as is
   (`-- "python train.py --lr 0.1"`), several words are quoted and joined. Without `--`, env
-  `DLAAS_COMMAND`. It runs as `/bin/sh -c COMMAND` in MODEL_DIR, in its own process group.
+  `DLAAS_COMMAND`. It runs as `/bin/sh -c COMMAND` in MODEL_DIR, in a session and process
+  group of its own (so stops reach everything it started), and the kernel SIGKILLs it if the
+  runner dies first (Linux). Processes it leaves behind after it exits are killed.
 
 Environment read (besides the storage settings `DLAAS_*` of `storage.settings.Settings`):
 `MODEL_DIR`, `DATA_DIR`, `RESULT_DIR`, `LOG_DIR`, `CHECKPOINT_DIR` (default `model`, `data`,
@@ -22,8 +24,8 @@ unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`, `DLAAS_DAT
 
 What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
 the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->
-status RUNNING -> the command runs; its merged stdout/stderr goes line
-by line to the job's Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
+status RUNNING -> the command runs; its merged stdout/stderr goes line by line to the job's
+Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
 `jobs/{job}/logs/learner-{n}.log` every 10 s and at the end) and through the metric parsers
 to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
 `jobs/{job}/metrics/learner-{n}.jsonl`); committed checkpoints are uploaded as they appear;
@@ -49,17 +51,17 @@ stopped learner is never mistaken for a finished one.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import shlex
 import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from learner_image.background import Background, Periodic
+from learner_image.exit_report import describe_exit, signal_name
+from learner_image.runner_config import RunnerConfig, RunnerFailure, child_env, parse_config
 
 if TYPE_CHECKING:
     import subprocess
@@ -74,264 +76,6 @@ HEARTBEAT_S = 2.0
 LOG_UPLOAD_S = 10.0
 CHECKPOINT_POLL_S = 0.5
 FETCH_POLL_S = 0.05
-SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
-DIR_ENV = {
-    "MODEL_DIR": "model",
-    "DATA_DIR": "data",
-    "RESULT_DIR": "results",
-    "LOG_DIR": "logs",
-    "CHECKPOINT_DIR": "checkpoints",
-}
-
-
-class RunnerFailure(Exception):
-    """The runner could not do its part; the message is the reason shown to the user."""
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    job_id: str
-    learner: int
-    attempt: int
-    num_learners: int
-    command: str
-    model_dir: Path
-    data_dir: Path
-    result_dir: Path
-    log_dir: Path
-    checkpoint_dir: Path
-    data_prefix: str = ""
-    metric_patterns: str = ""
-    checkpoint_keep: int = 2
-    upload_all_checkpoints: bool = False
-    stop_grace_s: float = 10.0
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def uploads_checkpoints(self) -> bool:
-        return self.learner == 1 or self.upload_all_checkpoints
-
-    @property
-    def log_path(self) -> Path:
-        return self.log_dir / f"learner-{self.learner}.log"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.log_dir / f"learner-{self.learner}.metrics.jsonl"
-
-    @property
-    def log_key(self) -> str:
-        return f"jobs/{self.job_id}/logs/learner-{self.learner}.log"
-
-    @property
-    def metrics_key(self) -> str:
-        return f"jobs/{self.job_id}/metrics/learner-{self.learner}.jsonl"
-
-
-def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise RunnerFailure(f"environment variable {name}={raw!r} is not an integer") from None
-
-
-def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise RunnerFailure(f"environment variable {name}={raw!r} is not a number") from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dlaas-learner",
-        description="Run one dlaas learner: fetch the model and data, run the command, "
-        "stream its logs and metrics, sync checkpoints, upload results.",
-    )
-    parser.add_argument("--job", help="job id (default: env TRAINING_ID)")
-    parser.add_argument("--learner", type=int, help="1-based learner id (default: env LEARNER_ID)")
-    parser.add_argument("--attempt", type=int, help="attempt number (default: env DLAAS_ATTEMPT)")
-    return parser
-
-
-def command_from(words: Sequence[str], environ: Mapping[str, str]) -> str:
-    """The shell command: one word as is, several words quoted and joined, else the env."""
-    if len(words) == 1:
-        return words[0]
-    if words:
-        return shlex.join(words)
-    return environ.get("DLAAS_COMMAND", "")
-
-
-def parse_config(
-    argv: Sequence[str], environ: Mapping[str, str], cwd: Path | None = None
-) -> RunnerConfig:
-    """Build the configuration from the command line and the environment (SystemExit on a
-    bad command line, RunnerFailure on a bad environment)."""
-    argv = list(argv)
-    words: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, words = argv[:split], argv[split + 1 :]
-    args = build_parser().parse_args(argv)
-    base = cwd or Path.cwd()
-    job_id = args.job or environ.get("TRAINING_ID", "").strip()
-    if not job_id:
-        raise RunnerFailure("no job id: pass --job JOB_ID or set TRAINING_ID")
-    learner = args.learner if args.learner is not None else _int_env(environ, "LEARNER_ID", 1)
-    attempt = args.attempt if args.attempt is not None else _int_env(environ, "DLAAS_ATTEMPT", 0)
-    command = command_from(words, environ)
-    if not command.strip():
-        raise RunnerFailure("no command to run: pass it after `--` or set DLAAS_COMMAND")
-    if learner < 1:
-        raise RunnerFailure(f"learner id {learner} must be 1 or more")
-    dirs = {
-        name: (base / (environ.get(name, "").strip() or default)).absolute()
-        for name, default in DIR_ENV.items()
-    }
-    keep = _int_env(environ, "DLAAS_CHECKPOINT_KEEP", 2)
-    return RunnerConfig(
-        job_id=job_id,
-        learner=learner,
-        attempt=attempt,
-        num_learners=_int_env(environ, "NUM_LEARNERS", 1),
-        command=command,
-        model_dir=dirs["MODEL_DIR"],
-        data_dir=dirs["DATA_DIR"],
-        result_dir=dirs["RESULT_DIR"],
-        log_dir=dirs["LOG_DIR"],
-        checkpoint_dir=dirs["CHECKPOINT_DIR"],
-        data_prefix=environ.get("DLAAS_DATA_PREFIX", "").strip(),
-        metric_patterns=environ.get("DLAAS_METRIC_PATTERNS", ""),
-        checkpoint_keep=max(1, keep),
-        upload_all_checkpoints=environ.get("DLAAS_UPLOAD_ALL_CHECKPOINTS", "").strip()
-        in ("1", "true", "yes"),
-        stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
-    )
-
-
-def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in environ.items() if k not in SECRET_ENV}
-    env.update(
-        MODEL_DIR=str(config.model_dir),
-        DATA_DIR=str(config.data_dir),
-        RESULT_DIR=str(config.result_dir),
-        LOG_DIR=str(config.log_dir),
-        CHECKPOINT_DIR=str(config.checkpoint_dir),
-        TRAINING_ID=config.job_id,
-        LEARNER_ID=str(config.learner),
-        NUM_LEARNERS=str(config.num_learners),
-        DLAAS_ATTEMPT=str(config.attempt),
-    )
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.update(config.extra_env)
-    return env
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-@dataclass(frozen=True)
-class ExitReport:
-    exit_code: int
-    signal: str
-    reason: str
-
-
-def describe_exit(
-    returncode: int, stop_signal: int | None = None, killed_after_grace: bool = False
-) -> ExitReport:
-    """Exit code, signal name and reason for how the command ended (Popen.returncode)."""
-    if stop_signal is not None:
-        # A stopped learner did not finish, however its command ended: never report success.
-        how = f"stopped by {signal_name(stop_signal)}"
-        if killed_after_grace:
-            how += " (killed with SIGKILL after the grace period)"
-        elif returncode >= 0:
-            how += f" (the command then exited with code {returncode})"
-        sig = -returncode if returncode < 0 else stop_signal
-        return ExitReport(128 + sig, signal_name(sig), how)
-    if returncode == 0:
-        return ExitReport(0, "", "the command exited with code 0")
-    if returncode < 0:
-        name = signal_name(-returncode)
-        reason = f"the command was killed by {name}"
-        if -returncode == signal.SIGKILL:
-            reason += " (possibly out of memory)"
-        return ExitReport(128 - returncode, name, reason)
-    if returncode > 128 and returncode - 128 < signal.NSIG:
-        name = signal_name(returncode - 128)
-        reason = f"the command exited with code {returncode} (killed by {name}"
-        reason += ", possibly out of memory)" if returncode == 137 else ")"
-        return ExitReport(returncode, name, reason)
-    return ExitReport(returncode, "", f"the command exited with code {returncode}")
-
-
-class Periodic:
-    """Call `fn` every `interval` seconds in a daemon thread until stopped."""
-
-    def __init__(
-        self, name: str, interval: float, fn: Callable[[], object], at_start: bool = False
-    ) -> None:
-        self._stop = threading.Event()
-        self._at_start = at_start
-        self._interval = interval
-        self._fn = fn
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        if self._at_start:
-            self._call()
-        while not self._stop.wait(self._interval):
-            self._call()
-
-    def _call(self) -> None:
-        try:
-            self._fn()
-        except Exception as exc:
-            print(f"dlaas-learner: {self._thread.name}: {exc}", file=sys.stderr, flush=True)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
-
-
-T = TypeVar("T")
-
-
-class Background(Generic[T]):
-    """Run `fn` in a daemon thread; `result()` waits and returns its value or raises."""
-
-    def __init__(self, name: str, fn: Callable[[], T]) -> None:
-        self._fn = fn
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._fn()
-        except BaseException as exc:
-            self._error = exc
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
 
 
 class Runner:

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from learner_image.runner import (
-    RunnerFailure,
-    child_env,
-    command_from,
-    describe_exit,
-    parse_config,
-)
+from learner_image.exit_report import describe_exit
+from learner_image.runner_config import RunnerFailure, child_env, command_from, parse_config
 
 
 def test_flags_and_command_after_double_dash(tmp_path: Path) -> None:

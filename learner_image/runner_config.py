@@ -1,0 +1,171 @@
+"""The runner's configuration: its command line and environment, and the command's environment.
+
+See `learner_image.runner` for the contract with the cluster backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
+DIR_ENV = {
+    "MODEL_DIR": "model",
+    "DATA_DIR": "data",
+    "RESULT_DIR": "results",
+    "LOG_DIR": "logs",
+    "CHECKPOINT_DIR": "checkpoints",
+}
+
+
+class RunnerFailure(Exception):
+    """The runner could not do its part; the message is the reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    job_id: str
+    learner: int
+    attempt: int
+    num_learners: int
+    command: str
+    model_dir: Path
+    data_dir: Path
+    result_dir: Path
+    log_dir: Path
+    checkpoint_dir: Path
+    data_prefix: str = ""
+    metric_patterns: str = ""
+    checkpoint_keep: int = 2
+    upload_all_checkpoints: bool = False
+    stop_grace_s: float = 10.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uploads_checkpoints(self) -> bool:
+        return self.learner == 1 or self.upload_all_checkpoints
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"learner-{self.learner}.log"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.log_dir / f"learner-{self.learner}.metrics.jsonl"
+
+    @property
+    def log_key(self) -> str:
+        return f"jobs/{self.job_id}/logs/learner-{self.learner}.log"
+
+    @property
+    def metrics_key(self) -> str:
+        return f"jobs/{self.job_id}/metrics/learner-{self.learner}.jsonl"
+
+
+def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise RunnerFailure(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise RunnerFailure(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlaas-learner",
+        description="Run one dlaas learner: fetch the model and data, run the command, "
+        "stream its logs and metrics, sync checkpoints, upload results.",
+    )
+    parser.add_argument("--job", help="job id (default: env TRAINING_ID)")
+    parser.add_argument("--learner", type=int, help="1-based learner id (default: env LEARNER_ID)")
+    parser.add_argument("--attempt", type=int, help="attempt number (default: env DLAAS_ATTEMPT)")
+    return parser
+
+
+def command_from(words: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The shell command: one word as is, several words quoted and joined, else the env."""
+    if len(words) == 1:
+        return words[0]
+    if words:
+        return shlex.join(words)
+    return environ.get("DLAAS_COMMAND", "")
+
+
+def parse_config(
+    argv: Sequence[str], environ: Mapping[str, str], cwd: Path | None = None
+) -> RunnerConfig:
+    """Build the configuration from the command line and the environment (SystemExit on a
+    bad command line, RunnerFailure on a bad environment)."""
+    argv = list(argv)
+    words: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, words = argv[:split], argv[split + 1 :]
+    args = build_parser().parse_args(argv)
+    base = cwd or Path.cwd()
+    job_id = args.job or environ.get("TRAINING_ID", "").strip()
+    if not job_id:
+        raise RunnerFailure("no job id: pass --job JOB_ID or set TRAINING_ID")
+    learner = args.learner if args.learner is not None else _int_env(environ, "LEARNER_ID", 1)
+    attempt = args.attempt if args.attempt is not None else _int_env(environ, "DLAAS_ATTEMPT", 0)
+    command = command_from(words, environ)
+    if not command.strip():
+        raise RunnerFailure("no command to run: pass it after `--` or set DLAAS_COMMAND")
+    if learner < 1:
+        raise RunnerFailure(f"learner id {learner} must be 1 or more")
+    dirs = {
+        name: (base / (environ.get(name, "").strip() or default)).absolute()
+        for name, default in DIR_ENV.items()
+    }
+    keep = _int_env(environ, "DLAAS_CHECKPOINT_KEEP", 2)
+    return RunnerConfig(
+        job_id=job_id,
+        learner=learner,
+        attempt=attempt,
+        num_learners=_int_env(environ, "NUM_LEARNERS", 1),
+        command=command,
+        model_dir=dirs["MODEL_DIR"],
+        data_dir=dirs["DATA_DIR"],
+        result_dir=dirs["RESULT_DIR"],
+        log_dir=dirs["LOG_DIR"],
+        checkpoint_dir=dirs["CHECKPOINT_DIR"],
+        data_prefix=environ.get("DLAAS_DATA_PREFIX", "").strip(),
+        metric_patterns=environ.get("DLAAS_METRIC_PATTERNS", ""),
+        checkpoint_keep=max(1, keep),
+        upload_all_checkpoints=environ.get("DLAAS_UPLOAD_ALL_CHECKPOINTS", "").strip()
+        in ("1", "true", "yes"),
+        stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
+    )
+
+
+def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in SECRET_ENV}
+    env.update(
+        MODEL_DIR=str(config.model_dir),
+        DATA_DIR=str(config.data_dir),
+        RESULT_DIR=str(config.result_dir),
+        LOG_DIR=str(config.log_dir),
+        CHECKPOINT_DIR=str(config.checkpoint_dir),
+        TRAINING_ID=config.job_id,
+        LEARNER_ID=str(config.learner),
+        NUM_LEARNERS=str(config.num_learners),
+        DLAAS_ATTEMPT=str(config.attempt),
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(config.extra_env)
+    return env
