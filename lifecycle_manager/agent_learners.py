@@ -208,9 +208,8 @@ class LearnerTable:
             existing = self._records.get(spec.name)
             if existing is not None:
                 return existing, False
-            workdir = (
-                self.root / "jobs" / spec.job_id / f"learner-{spec.learner}" / (f"a{spec.attempt}")
-            )
+            job_dir = self.root / "jobs" / spec.job_id
+            workdir = job_dir / f"learner-{spec.learner}" / f"a{spec.attempt}"
             record = LearnerRecord(
                 name=spec.name,
                 job=spec.job_id,

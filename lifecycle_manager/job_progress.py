@@ -136,7 +136,7 @@ def learner_after_exit(
     """
     why = reason or describe_exit(exit_code, signal)
     if stopped or desired is not Desired.RUN or previous is LearnerState.STOPPING:
-        return LearnerState.STOPPED, f"stopped ({why})"
+        return LearnerState.STOPPED, why
     if exit_code == 0 and not signal:
         return LearnerState.SUCCEEDED, "exit code 0"
     return LearnerState.FAILED, why

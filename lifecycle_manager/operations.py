@@ -128,7 +128,7 @@ async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
                 row.index,
                 job.attempt,
                 LearnerState.STOPPED.value,
-                reason="stopped (halted)",
+                reason="halted",
             )
     await repo.transition(session, job_id, JobState.HALTED, reason)
 

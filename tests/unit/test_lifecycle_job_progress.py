@@ -158,7 +158,7 @@ def test_exits_the_lifecycle_manager_caused_are_stops_not_failures(
 ) -> None:
     state, reason = learner_after_exit(previous, desired, None, "SIGTERM", stopped=stopped)
     assert state is L.STOPPED
-    assert reason == "stopped (killed by SIGTERM)"
+    assert reason == "killed by SIGTERM"
 
 
 def test_status_reports_only_move_forward() -> None:
