@@ -109,16 +109,16 @@ class Runner:
         child = self.child
         if child is None or child.returncode is not None or self.stop_signal is None:
             return
-        if escalate:
-            self._kill_group()
+        if escalate:  # a second stop signal: no more grace
+            _signal_group(child.pid, signal.SIGKILL)
             return
         _signal_group(child.pid, self.stop_signal)
         if self._kill_timer is None:
-            self._kill_timer = threading.Timer(self.config.stop_grace_s, self._kill_group)
+            self._kill_timer = threading.Timer(self.config.stop_grace_s, self._grace_over)
             self._kill_timer.daemon = True
             self._kill_timer.start()
 
-    def _kill_group(self) -> None:
+    def _grace_over(self) -> None:
         child = self.child
         if child is not None and child.poll() is None:
             self.killed_after_grace = True
@@ -148,7 +148,11 @@ class Runner:
             if self.stop_signal is not None:
                 self._join_reporter(settings)
                 return self._stopped_before_start()
-            self._start_child()
+            try:
+                self._start_child()
+            except OSError as exc:
+                self._join_reporter(settings)
+                return self._fail(f"could not start the command: {exc}")
             self._join_reporter(settings)
             return self._supervise(restored)
         except RunnerFailure as exc:
@@ -279,7 +283,7 @@ class Runner:
         shipper, reporter, store, child = self.shipper, self.reporter, self.store, self.child
         assert shipper is not None and reporter is not None
         assert store is not None and child is not None
-        reporter.status("RUNNING")
+        self._notify("RUNNING", reporter.status, "RUNNING")
 
         patterns = compile_patterns(c.metric_patterns)
         for problem in patterns.problems:
@@ -293,7 +297,7 @@ class Runner:
                 c.job_id,
                 c.checkpoint_dir,
                 c.checkpoint_keep,
-                on_uploaded=reporter.checkpoint,
+                on_uploaded=lambda name: self._notify(name, reporter.checkpoint, name),
                 on_error=lambda text: shipper.line(f"[dlaas] {text}"),
                 already_uploaded=restored,
             )
@@ -326,7 +330,7 @@ class Runner:
         stopped = self.stop_signal is not None
         report = describe_exit(returncode, self.stop_signal, self.killed_after_grace)
         if not stopped:
-            reporter.status("STORING")
+            self._notify("STORING", reporter.status, "STORING")
         if uploader is not None:
             uploader.sync_once()
         if not stopped:
@@ -334,8 +338,20 @@ class Runner:
         if report.exit_code != 0:
             shipper.line(f"[dlaas] {report.reason}")
         self._finish_logs()
-        reporter.exit(report.exit_code, report.signal, report.reason, source="command")
+        self._notify(
+            "the exit", reporter.exit, report.exit_code, report.signal, report.reason, "command"
+        )
         return report.exit_code
+
+    def _notify(self, what: str, publish: Callable[..., None], *args: object) -> None:
+        """Publish an event; while the command runs, a lost event is no reason to stop it."""
+        try:
+            publish(*args)
+        except Exception as exc:
+            text = f"could not report {what} to the control plane: {exc}"
+            print(f"dlaas-learner: {text}", file=sys.stderr, flush=True)
+            if self.shipper is not None:
+                self.shipper.line(f"[dlaas] {text}")
 
     def _upload_results(self) -> None:
         from learner_image.results_upload import results_prefix, upload_results
