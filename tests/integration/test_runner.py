@@ -19,7 +19,9 @@ import pytest
 import redis
 
 from storage import streams
-from storage.object_store import LocalObjectStore
+from storage.object_store import LocalObjectStore, ObjectStore, open_object_store
+from storage.settings import Settings
+from tests import services
 
 RUNNER_FAILURE = 3
 
@@ -43,7 +45,7 @@ class Learner:
     env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.objects = LocalObjectStore(self.tmp / "objects")
+        self.objects: ObjectStore = LocalObjectStore(self.tmp / "objects")
         self.workdir = self.tmp / f"learner-{self.learner}"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.redis = redis.Redis.from_url(self.redis_url)
@@ -417,3 +419,34 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_runs_against_an_s3_object_store(
+    learner: Learner, s3_settings: Settings, seaweedfs: str, s3_bucket: str
+) -> None:
+    learner.objects = open_object_store(s3_settings)
+    learner.env.update(services.s3_env(seaweedfs, s3_bucket))
+    learner.env["DLAAS_DATA_PREFIX"] = "data/u/c/"
+    learner.put_model(
+        {"train.py": b"import os\nprint(open(os.environ['DATA_DIR'] + '/d.txt').read())\n"}
+    )
+    learner.objects.put_bytes("data/u/c/d.txt", b"from s3")
+    put_committed(learner.objects, learner.job_id, 3, {"w": b"333"})
+
+    code, out = learner.run(
+        "python train.py && ls $CHECKPOINT_DIR && cp $CHECKPOINT_DIR/*/w $RESULT_DIR/w"
+    )
+
+    assert code == 0, out
+    assert learner.lines() == ["from s3", "ckpt-000000000003"]
+    assert learner.objects.get_bytes(f"jobs/{learner.job_id}/results/w") == b"333"
+    assert learner.keys("logs/") == ["logs/learner-1.log"]
+
+
+def put_committed(store: ObjectStore, job_id: str, step: int, files: dict[str, bytes]) -> None:
+    name = f"ckpt-{step:012d}"
+    for rel, data in files.items():
+        store.put_bytes(f"jobs/{job_id}/checkpoints/{name}/{rel}", data)
+    sizes = {rel: len(data) for rel, data in files.items()}
+    record = {"step": step, "files": sizes, "time": 1.0}
+    store.put_bytes(f"jobs/{job_id}/checkpoints/{name}/COMMITTED", json.dumps(record).encode())
