@@ -98,4 +98,5 @@ def delete_job(self: Task, job_id: str) -> str:
 
 @app.task(name=task_names.RECONCILE)
 def reconcile_all() -> str:
-    return str(runtime.run(reconcile))
+    report = runtime.run(reconcile)
+    return str(report) if report else "in step"
