@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from api.errors import Invalid
+from storage.metric_regexes import metric_regexes as stored_metric_regexes
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_LEARNERS = 64
@@ -409,34 +410,15 @@ def _redact(value: object) -> object:
 
 
 def metric_regexes(manifest: Manifest | Mapping[str, Any]) -> list[str]:
-    """Regex strings that pull metrics out of log lines, in manifest order, without repeats.
+    """Regex strings that pull metrics out of log lines (see `storage.metric_regexes`).
 
-    Accepts a `Manifest` or its `normalized()` dict (so code that only holds the stored
-    manifest can call it). Sources: `evaluation_metrics.groups.*.regex` and
-    `evaluation_metrics.groupDicts.*.regex` (FfDL), `evaluation_metrics.regex` (dlaas: one
-    regex or a list), each naming the values it captures, e.g. `loss=(?P<loss>[0-9.]+)`.
+    Accepts a `Manifest` or its `normalized()` dict.
     """
     if isinstance(manifest, Manifest):
-        em: Any = manifest.evaluation_metrics
-        em = em.model_dump(by_alias=True, exclude_none=True) if em is not None else None
-    else:
-        em = manifest.get("evaluation_metrics")
-    if not isinstance(em, Mapping):
-        return []
-    found: list[str] = []
-    for key in ("groups", "groupDicts"):
-        groups = em.get(key)
-        if isinstance(groups, Mapping):
-            for group in groups.values():
-                regex = group.get("regex") if isinstance(group, Mapping) else None
-                if isinstance(regex, str):
-                    found.append(regex)
-    native = em.get("regex")
-    if isinstance(native, str):
-        found.append(native)
-    elif isinstance(native, list):
-        found.extend(r for r in native if isinstance(r, str))
-    return list(dict.fromkeys(found))
+        em = manifest.evaluation_metrics
+        dumped = em.model_dump(by_alias=True, exclude_none=True) if em is not None else None
+        return stored_metric_regexes({"evaluation_metrics": dumped})
+    return stored_metric_regexes(manifest)
 
 
 def metric_patterns(manifest: Manifest | Mapping[str, Any]) -> list[re.Pattern[str]]:

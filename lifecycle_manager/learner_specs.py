@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
+from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
 
 RUNNER = "dlaas-learner"
@@ -49,19 +50,6 @@ def data_prefix(manifest: Mapping[str, Any], owner_id: int) -> str:
         if container:
             return f"data/{owner_id}/{str(container).strip('/')}/"
     return ""
-
-
-def metric_regexes(manifest: Mapping[str, Any]) -> list[str]:
-    """The regexes that pull metrics from log lines: FfDL's groups, then dlaas's `regex`."""
-    metrics = _section(manifest, "evaluation_metrics")
-    found: list[str] = []
-    for key in ("groups", "groupDicts"):
-        for group in _section(metrics, key).values():
-            if isinstance(group, Mapping) and isinstance(group.get("regex"), str):
-                found.append(group["regex"])
-    native = metrics.get("regex")
-    found.extend([native] if isinstance(native, str) else native or [])
-    return list(dict.fromkeys(found))
 
 
 def resources(manifest: Mapping[str, Any]) -> Resources:
