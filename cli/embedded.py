@@ -235,21 +235,51 @@ def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None
     return platform
 
 
-def stop(home: Path, *, grace_s: float = 10.0) -> list[str]:
-    """Stop what `start` recorded: SIGTERM each service, SIGKILL what is left after grace."""
+def stop_learners(agent_url: str, *, wait_s: float = 30.0) -> list[str]:
+    """Ask the node agent to stop every learner it runs; learners outlive the agent itself."""
+    try:
+        listed = httpx.get(f"{agent_url}/learners", timeout=5.0).json()["learners"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return []
+    jobs = sorted({str(r["job"]) for r in listed if r.get("phase") in ("Pending", "Running")})
+    for job in jobs:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.delete(f"{agent_url}/jobs/{job}", params={"wait": wait_s}, timeout=wait_s + 10.0)
+    return jobs
+
+
+def _terminate(pid: int, grace_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+_STOP_ORDER = ["api", "worker", "monitor", "agent", "redis"]
+
+
+def stop(
+    home: Path, *, grace_s: float = 10.0, on_step: Callable[[str], None] = lambda _: None
+) -> list[str]:
+    """Stop what `start` recorded: the control plane, then the learners, agent and Redis.
+
+    The API, worker and monitor go first so nothing reacts to the learners stopping; the
+    learners then get SIGTERM through their agent (they commit and upload what they have)
+    while Redis still runs to take their last log lines; Redis goes last.
+    """
     platform = Platform.load(home)
     if platform is None:
         return []
     alive = platform.alive()
-    # Learners first (through the agent's own shutdown), Redis last so the others can flush.
-    order = sorted(alive, key=lambda n: ["api", "worker", "monitor", "agent", "redis"].index(n))
+    order = sorted(alive, key=_STOP_ORDER.index)
     for name in order:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(alive[name], signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while _pid_alive(alive[name]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(alive[name], signal.SIGKILL)
+        if name == "agent":
+            stopped = stop_learners(platform.agent_url)
+            if stopped:
+                on_step(f"stopped the learners of {', '.join(stopped)}")
+        _terminate(alive[name], grace_s)
     platform.record_path.unlink(missing_ok=True)
     return order

@@ -61,14 +61,14 @@ def up(inv: Invocation, detach: DetachOption = False, port: PortOption = embedde
     dead = sorted(set(platform.pids) - set(platform.alive()))
     if dead:
         note(f"service(s) {', '.join(dead)} stopped; see {home / 'logs'}; stopping the rest")
-    embedded.stop(home)
+    embedded.stop(home, on_step=note)
     note("dlaas is down")
 
 
 @dlaas_command
 def down(inv: Invocation) -> None:
     """Stop the embedded platform that `dlaas up` started."""
-    stopped = embedded.stop(dlaas_home())
+    stopped = embedded.stop(dlaas_home(), on_step=note)
     if inv.json:
         print_json({"stopped": stopped})
     elif stopped:

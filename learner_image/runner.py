@@ -285,6 +285,8 @@ class Runner:
         assert store is not None and child is not None
         self._notify("RUNNING", reporter.status, "RUNNING")
 
+        if restored is not None:
+            shipper.line(f"[dlaas] learner {c.learner} resumes from checkpoint {restored}")
         patterns = compile_patterns(c.metric_patterns)
         for problem in patterns.problems:
             shipper.line(f"[dlaas] {problem}")
