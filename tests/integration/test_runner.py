@@ -277,6 +277,7 @@ def test_restores_the_newest_committed_checkpoint_before_the_command(learner: Le
 
     assert code == 0, out
     assert learner.lines() == [
+        "[dlaas] learner 1 resumes from checkpoint ckpt-000000000005",
         "ckpt-000000000005",
         "5",
         "COMMITTED",
@@ -438,7 +439,11 @@ def test_runs_against_an_s3_object_store(
     )
 
     assert code == 0, out
-    assert learner.lines() == ["from s3", "ckpt-000000000003"]
+    assert learner.lines() == [
+        "[dlaas] learner 1 resumes from checkpoint ckpt-000000000003",
+        "from s3",
+        "ckpt-000000000003",
+    ]
     assert learner.objects.get_bytes(f"jobs/{learner.job_id}/results/w") == b"333"
     assert learner.keys("logs/") == ["logs/learner-1.log"]
 
