@@ -11,14 +11,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import (
     ENDING,
+    NO_CHANGE,
     Action,
     ClusterLearner,
+    Decision,
     Desired,
     JobView,
     LearnerState,
@@ -32,7 +35,7 @@ from lifecycle_manager.job_progress import (
 )
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import FINAL_STATES, JobState
+from storage.job_states import FINAL_STATES, JobState, is_final
 from storage.models import Job, Learner
 
 log = logging.getLogger(__name__)
@@ -99,19 +102,28 @@ def _after_exit(
     return LearnerView(row.index, state, exit_code, why)
 
 
-async def _decide(
-    session: AsyncSession, job: Job, rows: Sequence[LearnerView]
-) -> tuple[Action, ...]:
+async def _decide(session: AsyncSession, job: Job, rows: Sequence[LearnerView]) -> Decision:
+    """Apply what `decide` says; NO_CHANGE if the job moved meanwhile."""
     decision = decide(job_view(job, rows))
     if decision.target is None:
-        return ()
+        return NO_CHANGE
     for state in (*decision.via, decision.target):
         result = await repo.transition(
             session, job.id, state, decision.reason, {"attempt": job.attempt}
         )
         if not result.changed:
-            return ()
-    return decision.actions
+            return NO_CHANGE
+    return decision
+
+
+async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
+    """The side effects of an applied decision, after its transaction committed."""
+    await run_actions(ctx, job_id, decision.actions)
+    if decision.target is not None and is_final(decision.target):
+        try:
+            await streams.aretire_job_streams(ctx.redis, job_id)
+        except RedisError as error:
+            log.warning("job %s: could not set its streams to expire: %s", job_id, error)
 
 
 async def run_actions(ctx: Context, job_id: str, actions: Sequence[Action]) -> None:
@@ -177,8 +189,8 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
         if not await _record(session, job, update, detail):
             return
         views = [update if r.index == update.index else learner_view(r) for r in rows.values()]
-        actions = await _decide(session, job, views)
-    await run_actions(ctx, job.id, actions)
+        decision = await _decide(session, job, views)
+    await carry_out(ctx, job.id, decision)
 
 
 async def apply_cluster_view(
@@ -200,7 +212,7 @@ async def apply_cluster_view(
         seen = observe_cluster(
             view, cluster, age=ctx.age(job.updated_at), grace=ctx.timings.deploy_grace_s
         )
-        actions: tuple[Action, ...] = ()
+        decision = NO_CHANGE
         if all_vanished(view, seen):
             names = ", ".join(str(index) for index in seen.vanished)
             result = await repo.transition(
@@ -213,7 +225,8 @@ async def apply_cluster_view(
             for index in seen.vanished:
                 failed = LearnerView(index, LearnerState.FAILED, None, VANISHED)
                 await _record(session, job, failed, {"source": "reconcile"})
-            actions = (Action.STOP_LEARNERS,) if result.changed else ()
+            if result.changed:
+                decision = Decision(JobState.FAILED, actions=(Action.STOP_LEARNERS,))
         elif seen.exits or seen.vanished:
             updates = [
                 _after_exit(job, rows[s.index], s.exit_code, s.signal, s.reason, stopped=False)
@@ -225,6 +238,6 @@ async def apply_cluster_view(
                     session, job, update, {"source": "reconcile"}
                 ):
                     views[update.index] = update
-            actions = await _decide(session, job, list(views.values()))
-    await run_actions(ctx, job_id, actions)
+            decision = await _decide(session, job, list(views.values()))
+    await carry_out(ctx, job_id, decision)
     return seen

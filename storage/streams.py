@@ -33,6 +33,8 @@ LOGS_MAXLEN: Final = 200_000
 METRICS_MAXLEN: Final = 200_000
 LEARNER_EVENTS_MAXLEN: Final = 100_000
 HEARTBEAT_TTL_SECONDS: Final = 24 * 3600
+# How long a finished job's live streams stay in Redis; its stored log and metrics remain.
+FINISHED_STREAMS_TTL_SECONDS: Final = 3600
 
 STATUS: Final = "status"
 EXIT: Final = "exit"
@@ -506,6 +508,16 @@ async def aget_heartbeats(redis: AsyncRedis, job_id: str) -> dict[int, float]:
 
 async def adelete_job_streams(redis: AsyncRedis, job_id: str) -> int:
     return int(await redis.delete(*job_keys(job_id)))
+
+
+async def aretire_job_streams(
+    redis: AsyncRedis, job_id: str, ttl_s: int = FINISHED_STREAMS_TTL_SECONDS
+) -> None:
+    """Let a finished job's streams expire; readers then fall back to the stored copies."""
+    pipe = redis.pipeline(transaction=False)
+    for key in job_keys(job_id):
+        pipe.expire(key, ttl_s)
+    await pipe.execute()
 
 
 # -- small decoders ---------------------------------------------------------------------------

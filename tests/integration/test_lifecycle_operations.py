@@ -161,10 +161,16 @@ async def test_deploy_creates_every_learner_with_its_environment(
 
 async def test_learners_exiting_zero_complete_the_job(ctx: Context, agent: Agent) -> None:
     job_id = await make_job(ctx, "exit 0", learners=2)
+    await streams.aappend_logs(ctx.redis, job_id, [streams.LogLine(1, "a line", 1.0)])
     await operations.deploy_job(ctx, job_id)
     await watch(ctx, is_state(ctx, job_id, JobState.COMPLETED))
     job = await load(ctx, job_id)
     assert job.reason == "training finished: 2 learners exited 0"
+
+    async def _logs_expire() -> bool:
+        return 0 < await ctx.redis.ttl(streams.logs_key(job_id)) <= 3600
+
+    await eventually(_logs_expire, what="the finished job's log stream set to expire")
     assert await learner_states(ctx, job_id) == {1: (1, "SUCCEEDED"), 2: (1, "SUCCEEDED")}
     assert (await event_kinds(ctx, job_id)).count("learner_exit") == 2
     await eventually(lambda: _no_learners(agent, job_id), what="the finished learners removed")
