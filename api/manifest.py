@@ -259,6 +259,11 @@ class RestartPolicy(_Strict):
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     backoff_s: Annotated[float, Field(ge=0, le=3_600)] = 1.0
     backoff_max_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+    # The same exit (code and last output line) this many times in a row, with no new
+    # checkpoint between, is the program's own error: the job fails instead of restarting.
+    identical_failures: Annotated[int, Field(ge=2, le=100)] = 2
+    # A learner silent (no heartbeat) this long is hung: it is killed and restarted.
+    heartbeat_timeout_s: Annotated[float, Field(ge=2, le=86_400)] = 30.0
 
     @model_validator(mode="after")
     def _ordered(self) -> RestartPolicy:

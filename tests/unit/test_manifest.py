@@ -160,7 +160,13 @@ def test_defaults() -> None:
         "memory": 10**9,
         "framework": {"command": "python train.py"},
         "checkpoint": {"interval_s": 30.0, "keep": 2},
-        "restart_policy": {"max_restarts": 3, "backoff_s": 1.0, "backoff_max_s": 60.0},
+        "restart_policy": {
+            "max_restarts": 3,
+            "backoff_s": 1.0,
+            "backoff_max_s": 60.0,
+            "identical_failures": 2,
+            "heartbeat_timeout_s": 30.0,
+        },
         "environment": {},
     }
 
