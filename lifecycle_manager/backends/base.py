@@ -74,11 +74,14 @@ class ClusterBackend(Protocol):
         """Create every learner of a gang; returns the names that did not exist before."""
         ...
 
-    async def delete_learners(self, job_id: str, *, wait: float = 0.0) -> bool:
+    async def delete_learners(
+        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+    ) -> bool:
         """Stop and remove every learner of a job (SIGTERM, then SIGKILL after a grace).
 
         With `wait`, block up to that many seconds for them to be gone; returns whether
-        none of the job's learners is left.
+        none of the job's learners is left. `grace` overrides the backend's default time
+        between SIGTERM and SIGKILL (a restart cuts it short: the gang is broken anyway).
         """
         ...
 

@@ -50,9 +50,14 @@ class LocalBackend:
         response = await self._request("PUT", f"/learners/{spec.name}", json=body)
         return response.status_code == 201
 
-    async def delete_learners(self, job_id: str, *, wait: float = 0.0) -> bool:
+    async def delete_learners(
+        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+    ) -> bool:
+        params: dict[str, float] = {"wait": wait}
+        if grace is not None:
+            params["grace"] = grace
         response = await self._request(
-            "DELETE", f"/jobs/{job_id}", params={"wait": wait}, timeout=wait + 10
+            "DELETE", f"/jobs/{job_id}", params=params, timeout=wait + 10
         )
         return bool(response.json()["gone"])
 
