@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +29,21 @@ class Settings(BaseSettings):
 
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
+
+    # The `kubernetes` backend. API server: `kube_api_url` if set, else the in-cluster
+    # service account, else the kubeconfig (`KUBECONFIG`, `kube_context`).
+    kube_api_url: str | None = None
+    kube_context: str | None = None
+    kube_namespace: str = "default"
+    kube_learner_image: str = "dlaas-learner:0.1.0"
+    kube_learner_gpu_image: str | None = None  # for learners with GPUs; default: the above
+    kube_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    kube_node_selector: dict[str, str] = Field(default_factory=dict)  # JSON in the env
+    kube_tolerations: list[dict[str, Any]] = Field(default_factory=list)  # JSON in the env
+    kube_gang_admission: bool = True  # create a gang only when the nodes can hold all of it
+    kube_stop_grace_s: int = 30
+    kube_request_timeout_s: float = 10.0
+    kube_image_pull_timeout_s: float = 300.0  # a learner whose image cannot be pulled fails
 
     max_archive_bytes: int = 256 * 1024 * 1024
     max_archive_files: int = 10_000
