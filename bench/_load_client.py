@@ -4,7 +4,8 @@ The orchestrating benchmark calls `run_load`; that spawns client processes
 (`python -m bench._load_client`), hands each its `LoadSpec` as JSON on stdin, and reads back
 one JSON result per process. Request bodies are built once, before the clock starts, so the
 client spends its CPU on sending and receiving only. `run_load` reports the client processes'
-own CPU time (from `getrusage(RUSAGE_CHILDREN)`) so a reader can tell whether the client kept up.
+own CPU time while timed (each measures itself with `getrusage`), and in all (from
+`getrusage(RUSAGE_CHILDREN)`), so a reader can tell whether the client kept up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,7 +51,8 @@ class LoadResult:
     records: list[Record] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
-    client_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0  # the clients' CPU while timed
+    client_total_cpu_s: float = 0.0  # including their interpreter start-up and set-up
     processes: int = 0
     connections: int = 0
 
@@ -126,6 +129,11 @@ class _Connection(threading.Thread):
             conn.close()
 
 
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _client_main() -> None:
     spec = LoadSpec(**json.load(sys.stdin))
     body = Path(spec.body_path).read_bytes() if spec.body_path else None
@@ -137,9 +145,14 @@ def _client_main() -> None:
     threads = [_Connection(spec, body, headers) for _ in range(spec.connections)]
     for thread in threads:
         thread.start()
+    delay = spec.start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    cpu_at_start = _own_cpu_s()
     for thread in threads:
         thread.join()
     result = {
+        "cpu_s": _own_cpu_s() - cpu_at_start,
         "records": [r for t in threads for r in t.records],
         "ids": [i for t in threads for i in t.ids],
         "errors": [e for t in threads for e in t.errors][:10],
@@ -155,12 +168,18 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_load(spec: LoadSpec, processes: int, *, start_in_s: float = 1.5) -> LoadResult:
+def run_load(
+    spec: LoadSpec,
+    processes: int,
+    *,
+    start_in_s: float = 1.5,
+    on_start: Callable[[], None] | None = None,
+) -> LoadResult:
     """Run `processes` client processes of `spec.connections` connections each; wait for all.
 
     Every process starts its clock at the same `start_at` (now + start_in_s, time enough for
-    the processes to import and read their bodies). Call it while no other child of this
-    process exits, so the children's CPU time measured around it is the clients' alone.
+    the processes to import and read their bodies); `on_start` is called then, in this
+    process, e.g. to take CPU snapshots of the timed part alone.
     """
     spec.start_at = time.time() + start_in_s
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -176,16 +195,27 @@ def run_load(spec: LoadSpec, processes: int, *, start_in_s: float = 1.5) -> Load
         for _ in range(processes)
     ]
     payload = json.dumps(asdict(spec)).encode()
+    for child in children:  # every child gets its spec before any result is read
+        assert child.stdin is not None
+        child.stdin.write(payload)
+        child.stdin.close()
+    if on_start is not None:
+        time.sleep(max(0.0, spec.start_at - time.time()))
+        on_start()
     result = LoadResult(processes=processes, connections=processes * spec.connections)
     for child in children:
-        out, _ = child.communicate(payload)
+        assert child.stdout is not None
+        out = child.stdout.read()
+        child.stdout.close()
+        child.wait()
         if child.returncode != 0:
             raise RuntimeError(f"a load client exited with code {child.returncode}")
         part = json.loads(out)
         result.records.extend((float(t), float(lat), int(st)) for t, lat, st in part["records"])
         result.ids.extend(part["ids"])
         result.error_samples.extend(part["errors"])
-    result.client_cpu_s = _children_cpu_s() - cpu_before
+        result.client_cpu_s += float(part["cpu_s"])
+    result.client_total_cpu_s = _children_cpu_s() - cpu_before
     return result
 
 

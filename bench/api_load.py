@@ -7,8 +7,8 @@ API as a real server (`python -m api --workers 2`, no access log). Then:
    small manifest and a ~10 KB zip for a warm-up plus a fixed window; accepted (201) per second
    in the window, errors (anything else), and `lost`: accepted ids missing from the database.
 2. GET /v2/jobs/{id} one request at a time (p50/p99), then with 16 in flight (p99).
-3. baselines in the same run: GET /healthz with 16 in flight on the same server, and
-   submissions against a 1-worker server; the figures are quoted with their ratios.
+3. baselines in the same run: submissions against a 1-worker server (run first), and
+   GET /healthz with 16 in flight on the 2-worker server; quoted with their ratios.
 
 Run from the repository root: `python -m bench.api_load` (about 2 minutes). The last line is
 the FINAL line, one JSON object `{"bench": "api_load", ...}`. Figures are measured, never
@@ -24,7 +24,6 @@ import os
 import random
 import secrets
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ import httpx
 from bench._bench_api_server import BenchApiServer
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
-from bench._cpu_meter import cores_used, snapshot
+from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, ms, percentile, rounded
 from bench._load_client import LoadResult, LoadSpec, multipart_body, run_load
 from bench._py_spy_profile import find_py_spy, hottest_functions, start_recording
@@ -81,17 +80,19 @@ class Phase:
     rate_median_1s: float
     p50_ms: float
     p99_ms: float
+    in_flight: float
     client_cpu_s: float
     server_cpu_s: float
     wall_s: float
     connections: int
     error_samples: list[str]
     machine_cores: dict[str, float]
+    top_other_processes: list[tuple[str, float]]
 
     def others_cores(self) -> float:
         """Cores busy with anything but the API, its clients, PostgreSQL and Redis."""
         ours = (self.server_cpu_s + self.client_cpu_s) / self.wall_s
-        services = sum(v for k, v in self.machine_cores.items() if k != "machine")
+        services = sum(self.machine_cores.get(name, 0.0) for name in SERVICE_PROCESSES)
         return round(self.machine_cores.get("machine", 0.0) - ours - services, 2)
 
     def report(self) -> dict[str, Any]:
@@ -104,12 +105,14 @@ class Phase:
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
             "connections": self.connections,
+            "mean_in_flight": self.in_flight,
             "client_cpu_s": round(self.client_cpu_s, 2),
             "client_cores": round(self.client_cpu_s / self.wall_s, 2),
             "server_cpu_s": round(self.server_cpu_s, 2),
             "server_cores": round(self.server_cpu_s / self.wall_s, 2),
             "machine_cores": self.machine_cores,
             "others_cores": self.others_cores(),
+            "top_other_processes": self.top_other_processes,
             "error_samples": self.error_samples[:3],
         }
 
@@ -123,6 +126,7 @@ def summarize(
     server_cpu_s: float,
     wall_s: float,
     machine_cores: dict[str, float],
+    top_other_processes: list[tuple[str, float]],
 ) -> Phase:
     inside = result.completed_between(warmup_s, warmup_s + window_s)
     ok = [r for r in inside if r[2] == ok_status]
@@ -142,12 +146,15 @@ def summarize(
         rate_median_1s=median([float(n) for n in per_second]),
         p50_ms=ms(percentile(latencies, 50)),
         p99_ms=ms(percentile(latencies, 99)),
+        # Little's law: how many requests were in flight on average (should be `connections`).
+        in_flight=round(sum(latencies) / window_s, 1),
         client_cpu_s=result.client_cpu_s,
         server_cpu_s=server_cpu_s,
         wall_s=wall_s,
         connections=result.connections,
         error_samples=result.error_samples,
         machine_cores=machine_cores,
+        top_other_processes=top_other_processes,
     )
 
 
@@ -170,14 +177,23 @@ def drive(
 ) -> tuple[Phase, LoadResult]:
     spec.connections = load.connections_per_process
     spec.stop_after_s = load.warmup_s + load.window_s
-    cpu_before = api.cpu_s()
-    machine_before = snapshot(SERVICE_PROCESSES)
-    result = run_load(spec, load.processes)
-    wall = time.time() - spec.start_at  # the server idles until the clients start
-    machine = cores_used(machine_before, snapshot(SERVICE_PROCESSES), wall)
+    started: list[tuple[float, CpuSnapshot]] = []
+    result = run_load(
+        spec, load.processes, on_start=lambda: started.append((api.cpu_s(), snapshot()))
+    )
+    machine_after = snapshot()
+    cpu_before, machine_before = started[0]
+    wall = machine_after.taken_at - machine_before.taken_at
+    machine = cores_used(machine_before, machine_after, SERVICE_PROCESSES)
+    ours = {api.pid, *api.worker_pids()}
+    others = [
+        (name, cores)
+        for name, cores in top_consumers(machine_before, machine_after, ours, count=8)
+        if name not in SERVICE_PROCESSES
+    ][:5]
     server_cpu = api.cpu_s() - cpu_before
     phase = summarize(
-        name, result, ok_status, load.warmup_s, load.window_s, server_cpu, wall, machine
+        name, result, ok_status, load.warmup_s, load.window_s, server_cpu, wall, machine, others
     )
     print(f"{name}: {json.dumps(phase.report())}", flush=True)
     return phase, result
@@ -242,16 +258,25 @@ def profile_submissions(
 ) -> list[str]:
     """Submission load with py-spy sampling every worker; prints where their time goes."""
     py_spy = find_py_spy(args.py_spy)
-    recordings = start_recording(py_spy, api.worker_pids(), load.window_s + 1, args.profile)
+    pids, seconds = api.worker_pids(), load.window_s + 1
+    recordings = {
+        "active": start_recording(py_spy, pids, seconds, args.profile),
+        "holding the GIL": start_recording(py_spy, pids, seconds, args.profile, gil_only=True),
+    }
     _, result = drive(api, "submit (2 workers, under py-spy)", spec, load, 201)
-    for process, _ in recordings:
-        process.wait(60)
-    hot = hottest_functions([path for _, path in recordings])
-    print(f"py-spy samples (both workers, idle excluded): {hot.samples}")
-    for title, rows in (("self", hot.self_pct), ("inclusive", hot.inclusive_pct)):
-        print(f"top functions by {title} time, % of samples:")
-        for name, pct in rows:
-            print(f"  {pct:5.1f}  {name}")
+    for view, running in recordings.items():
+        for process, _ in running:
+            process.wait(60)
+        hot = hottest_functions([path for _, path in running], top=15)
+        print(f"py-spy, both workers, samples while {view}: {hot.samples}")
+        for title, rows in (
+            ("functions by self time", hot.self_pct),
+            ("dlaas functions by inclusive time", hot.dlaas_pct),
+            ("library calls from dlaas code by inclusive time", hot.library_calls_pct),
+        ):
+            print(f"  top {title}, % of samples:")
+            for name, pct in rows:
+                print(f"    {pct:5.1f}  {name}")
     return result.ids
 
 
@@ -317,8 +342,18 @@ def main() -> None:
         accepted: list[str] = []
         figures: dict[str, Any] = {}
 
-        with BenchApiServer(2, env, base / "api-2-workers.log") as api:
+        # A 1-worker server goes first: it migrates the fresh database and creates the admin
+        # user (two workers starting together on a fresh database race to insert it), and
+        # serves the 1-worker baseline.
+        one_worker: Phase | None = None
+        with BenchApiServer(1, env, base / "api-1-worker.log") as api:
             token = new_user(api, admin_token)
+            if not args.skip_one_worker:
+                spec = submit_spec(api, token, body_path, content_type)
+                one_worker, result = drive(api, "submit (1 worker)", spec, short_load, 201)
+                accepted.extend(result.ids)
+
+        with BenchApiServer(2, env, base / "api-2-workers.log") as api:
             spec = submit_spec(api, token, body_path, content_type)
             submit, result = drive(api, "submit (2 workers)", spec, main_load, 201)
             accepted.extend(result.ids)
@@ -330,13 +365,6 @@ def main() -> None:
             healthz, _ = drive(api, "healthz with 16 in flight", health_spec, short_load, 200)
             if args.profile is not None:
                 accepted.extend(profile_submissions(api, args, spec, short_load))
-
-        one_worker: Phase | None = None
-        if not args.skip_one_worker:
-            with BenchApiServer(1, env, base / "api-1-worker.log") as api:
-                spec = submit_spec(api, token, body_path, content_type)
-                one_worker, result = drive(api, "submit (1 worker)", spec, short_load, 201)
-                accepted.extend(result.ids)
 
         stored = database.job_ids()
         lost = len(set(accepted) - stored)
@@ -366,6 +394,7 @@ def main() -> None:
             "server_cpu_ms_per_submission": rounded(
                 1000 * submit.server_cpu_s / max(1, submit.all_ok), 2
             ),
+            "submit_mean_in_flight": submit.in_flight,
             "client_processes": args.processes,
             "connections": main_load.processes * main_load.connections_per_process,
             "window_s": args.window,
