@@ -69,6 +69,11 @@ class BackendUnavailable(Exception):
     """The backend could not be reached or refused for a passing reason; retry later."""
 
 
+class NoCapacity(BackendUnavailable):
+    """The cluster cannot hold the whole gang now; nothing was created. The message says
+    what is short (gang admission), and a later try may succeed."""
+
+
 class ClusterBackend(Protocol):
     async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
         """Create every learner of a gang; returns the names that did not exist before."""
