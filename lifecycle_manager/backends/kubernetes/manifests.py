@@ -1,0 +1,310 @@
+"""The Kubernetes objects of a job, as plain dicts: its Secret, its Service and a pod per learner.
+
+Pure. The job's Secret `dlaas-<job>` is its root object: it holds the data-store
+credentials the learners read (never written into a pod spec), and owns the Service and
+the pods, so deleting it lets the garbage collector delete the rest.
+
+```
+ Secret dlaas-<job>  (root: credentials)
+   |-- Service dlaas-<job>   headless; DNS learner-<n>.dlaas-<job>.<ns>.svc (jobs of 2+)
+   |-- Pod dlaas-<job>-learner-<n>-a<attempt>     one per learner
+         initContainers: ps     (native sidecar: restartPolicy Always; with parameter_server)
+         containers:     learner (dlaas-learner -- COMMAND)
+         volumes: shm (emptyDir, Memory) at /dev/shm; work (emptyDir) at /job
+```
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lifecycle_manager.backends.base import LearnerSpec
+from storage.settings import Settings
+
+GROUP = "dlaas.io"
+JOB_LABEL = f"{GROUP}/job"
+LEARNER_LABEL = f"{GROUP}/learner"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+ROLE_LABEL = f"{GROUP}/role"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_SELECTOR = f"{MANAGED_BY}=dlaas"
+
+LEARNER_CONTAINER = "learner"
+PS_CONTAINER = "ps"
+MASTER_PORT = 29500
+GPU_RESOURCE = "nvidia.com/gpu"
+WORK_DIR = "/job"
+SHM_DIR = "/dev/shm"
+RUN_AS_USER = 10001  # the `dlaas` user of the learner image
+DIRS = {
+    "MODEL_DIR": f"{WORK_DIR}/model",
+    "DATA_DIR": f"{WORK_DIR}/data",
+    "RESULT_DIR": f"{WORK_DIR}/results",
+    "LOG_DIR": f"{WORK_DIR}/logs",
+    "CHECKPOINT_DIR": f"{WORK_DIR}/checkpoints",
+}
+# Settings a learner needs that are secrets: they reach the pod through the job's Secret.
+SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_REDIS_URL", "DLAAS_DATABASE_URL")
+
+# The parameter-server sidecar's command (console script `dlaas-ps` of the learner image);
+# `ps_command` adds the job, the shared-memory region and the manifest's mode.
+PS_COMMAND = ("dlaas-ps",)
+PS_REGION = f"{SHM_DIR}/dlaas-ps"
+PS_MODE_ENV = "DLAAS_PS_MODE"
+PS_STALENESS_ENV = "DLAAS_PS_STALENESS"
+PS_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """Where and how learner pods run: the cluster side of the configuration."""
+
+    namespace: str = "default"
+    image: str = "dlaas-learner:0.1.0"
+    gpu_image: str | None = None
+    pull_policy: str = "IfNotPresent"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    stop_grace_s: int = 30
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PodOptions:
+        return cls(
+            namespace=settings.kube_namespace,
+            image=settings.kube_learner_image,
+            gpu_image=settings.kube_learner_gpu_image,
+            pull_policy=settings.kube_image_pull_policy,
+            node_selector=dict(settings.kube_node_selector),
+            tolerations=list(settings.kube_tolerations),
+            stop_grace_s=settings.kube_stop_grace_s,
+        )
+
+
+def root_name(job_id: str) -> str:
+    """The name of the job's Secret (its root object) and of its Service."""
+    return f"dlaas-{job_id}"
+
+
+def hostname(learner: int) -> str:
+    return f"learner-{learner}"
+
+
+def master_addr(job_id: str, namespace: str) -> str:
+    """Learner 1's DNS name through the job's headless Service."""
+    return f"{hostname(1)}.{root_name(job_id)}.{namespace}.svc"
+
+
+def check_name(name: str, *, label: bool = False) -> str:
+    """Kubernetes names are checked here: schema validation does not catch bad ones."""
+    pattern, limit = (_DNS_LABEL, 63) if label else (_DNS_SUBDOMAIN, 253)
+    if len(name) > limit or not pattern.match(name):
+        kind = "DNS-1035 label" if label else "DNS-1123 subdomain"
+        raise ValueError(f"{name!r} is not a valid {kind} of at most {limit} characters")
+    return name
+
+
+def job_labels(job_id: str, role: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dlaas",
+        "app.kubernetes.io/component": role,
+        MANAGED_BY: "dlaas",
+        JOB_LABEL: job_id,
+        ROLE_LABEL: role,
+    }
+
+
+def job_selector(job_id: str) -> str:
+    return f"{MANAGED_SELECTOR},{JOB_LABEL}={job_id}"
+
+
+def owner_reference(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference to the job's root object as the API server returned it (with its uid)."""
+    meta = secret["metadata"]
+    return {"apiVersion": "v1", "kind": "Secret", "name": meta["name"], "uid": meta["uid"]}
+
+
+def split_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(plain, secret): the learner's environment, secrets set apart."""
+    plain = {k: v for k, v in env.items() if k not in SECRET_ENV}
+    secret = {k: v for k, v in env.items() if k in SECRET_ENV}
+    return plain, secret
+
+
+def secret_manifest(job_id: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": check_name(root_name(job_id), label=True),
+            "namespace": namespace,
+            "labels": job_labels(job_id, "credentials"),
+        },
+        "type": "Opaque",
+        "stringData": dict(data),
+    }
+
+
+def service_manifest(
+    job_id: str, namespace: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The headless Service that gives each learner of a job a DNS name."""
+    meta: dict[str, Any] = {
+        "name": check_name(root_name(job_id), label=True),
+        "namespace": namespace,
+        "labels": job_labels(job_id, "discovery"),
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: job_id, ROLE_LABEL: "learner"},
+            # Peers resolve each other while they start, before anything is "ready".
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": "dist", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _cpu(cpus: float) -> str:
+    return f"{max(1, round(cpus * 1000))}m"
+
+
+def learner_resources(spec: LearnerSpec) -> dict[str, dict[str, str]]:
+    limits = spec.resources
+    requests: dict[str, str] = {}
+    bounds: dict[str, str] = {}
+    if limits.cpus:
+        requests["cpu"] = _cpu(limits.cpus)
+    if limits.memory_bytes:
+        requests["memory"] = bounds["memory"] = str(limits.memory_bytes)
+    if limits.gpus:
+        requests[GPU_RESOURCE] = bounds[GPU_RESOURCE] = str(limits.gpus)
+    out: dict[str, dict[str, str]] = {}
+    if requests:
+        out["requests"] = requests
+    if bounds:
+        out["limits"] = bounds
+    return out
+
+
+def _security_context() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
+    plain, secret = split_env(spec.env)
+    plain.update(DIRS)
+    if spec.num_learners > 1:
+        plain["MASTER_ADDR"] = master_addr(spec.job_id, options.namespace)
+    else:
+        plain["MASTER_ADDR"] = "127.0.0.1"
+    plain["MASTER_PORT"] = str(MASTER_PORT)
+    plain.setdefault("DLAAS_STOP_GRACE_S", str(max(1, options.stop_grace_s // 2)))
+    if spec.resources.cpus:
+        plain.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.resources.cpus))))
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(plain.items())]
+    root = root_name(spec.job_id)
+    env += [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": root, "key": key}}}
+        for key in sorted(secret)
+    ]
+    return env
+
+
+def ps_command(spec: LearnerSpec) -> list[str] | None:
+    """The sidecar's command line, or None when the job has no parameter server."""
+    mode = spec.env.get(PS_MODE_ENV)
+    if not mode:
+        return None
+    argv = [*PS_COMMAND, "--job", spec.job_id, "--region", PS_REGION, "--mode", mode]
+    staleness = spec.env.get(PS_STALENESS_ENV)
+    if staleness:
+        argv += ["--staleness", staleness]
+    return argv
+
+
+def _ps_sidecar(argv: list[str], image: str, options: PodOptions) -> dict[str, Any]:
+    return {
+        "name": PS_CONTAINER,
+        "image": image,
+        "imagePullPolicy": options.pull_policy,
+        # A native sidecar: started before the learner, stopped once the learner ended, so
+        # the pod's phase is the learner's.
+        "restartPolicy": "Always",
+        "command": argv,
+        "resources": {"requests": dict(PS_REQUESTS)},
+        "volumeMounts": [{"name": "shm", "mountPath": SHM_DIR}],
+        "securityContext": _security_context(),
+    }
+
+
+def pod_manifest(
+    spec: LearnerSpec, options: PodOptions, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    labels = job_labels(spec.job_id, "learner")
+    labels[LEARNER_LABEL] = str(spec.learner)
+    labels[ATTEMPT_LABEL] = str(spec.attempt)
+    meta: dict[str, Any] = {
+        "name": check_name(spec.name),
+        "namespace": options.namespace,
+        "labels": labels,
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    image = options.gpu_image if spec.resources.gpus and options.gpu_image else options.image
+    learner: dict[str, Any] = {
+        "name": LEARNER_CONTAINER,
+        "image": image,
+        "imagePullPolicy": options.pull_policy,
+        "command": list(spec.command),
+        "workingDir": WORK_DIR,
+        "env": _learner_env(spec, options),
+        "resources": learner_resources(spec),
+        "volumeMounts": [
+            {"name": "shm", "mountPath": SHM_DIR},
+            {"name": "work", "mountPath": WORK_DIR},
+        ],
+        "securityContext": _security_context(),
+    }
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if spec.resources.memory_bytes:
+        shm["sizeLimit"] = str(spec.resources.memory_bytes)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # dlaas restarts learners itself, from the last checkpoint
+        "terminationGracePeriodSeconds": options.stop_grace_s,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [learner],
+        "volumes": [{"name": "shm", "emptyDir": shm}, {"name": "work", "emptyDir": {}}],
+    }
+    if spec.num_learners > 1:
+        pod_spec["hostname"] = hostname(spec.learner)
+        pod_spec["subdomain"] = root_name(spec.job_id)
+    ps = ps_command(spec)
+    if ps is not None:
+        pod_spec["initContainers"] = [_ps_sidecar(ps, image, options)]
+    if options.node_selector:
+        pod_spec["nodeSelector"] = dict(options.node_selector)
+    if options.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in options.tolerations]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}

@@ -1,0 +1,232 @@
+"""What a learner pod's status says, in dlaas's words. Pure.
+
+A pod is read as the raw dict the API serves: its labels name the learner, its phase and the
+`learner` container's state say how it goes, and its conditions and container states carry
+the cluster's reasons (FailedScheduling, ImagePullBackOff, OOMKilled, Evicted...), which
+are turned into sentences a user can act on.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lifecycle_manager.backends.base import LearnerPhase, LearnerStatus
+from lifecycle_manager.backends.kubernetes.manifests import (
+    ATTEMPT_LABEL,
+    JOB_LABEL,
+    LEARNER_CONTAINER,
+    LEARNER_LABEL,
+)
+
+# Waiting reasons of a container whose image cannot be had; they fail the learner after a
+# timeout (the registry may be down for a moment), except those that never heal by waiting.
+PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+HOPELESS = frozenset({"InvalidImageName"})
+CONFIG_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    job: str
+    learner: int
+    attempt: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A cluster happening about one learner that the job's events should show."""
+
+    code: str  # the cluster's word: FailedScheduling, ImagePullBackOff, ...
+    message: str  # a sentence for the user
+
+
+@dataclass(frozen=True)
+class PodReading:
+    identity: PodIdentity
+    phase: LearnerPhase
+    started: bool  # the learner container runs or ran
+    deleting: bool
+    exit_code: int | None = None
+    reason: str = ""  # why it finished, once it has
+    notices: tuple[Notice, ...] = ()
+    pull_failure: Notice | None = None  # the image cannot be pulled (yet)
+    config_failure: Notice | None = None  # the container cannot be made
+
+
+def identity(pod: Mapping[str, Any]) -> PodIdentity | None:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        return PodIdentity(
+            job=labels[JOB_LABEL],
+            learner=int(labels[LEARNER_LABEL]),
+            attempt=int(labels[ATTEMPT_LABEL]),
+            name=meta["name"],
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def _learner_state(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") == LEARNER_CONTAINER:
+            return container
+    return {}
+
+
+def describe_code(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code > 128 and code - 128 < signals.NSIG:
+        try:
+            return f"exit code {code} (killed by {signals.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def _terminated_reason(pod: Mapping[str, Any], terminated: Mapping[str, Any]) -> str:
+    code = terminated.get("exitCode")
+    why = terminated.get("reason") or ""
+    message = (terminated.get("message") or "").strip()
+    if why == "OOMKilled":
+        limit = _memory_limit(pod)
+        bound = f" of {limit}" if limit else ""
+        return (
+            f"out of memory: the learner was OOMKilled at its memory limit{bound} "
+            f"({describe_code(code)}); raise `memory` in the manifest"
+        )
+    if why in ("ContainerCannotRun", "StartError"):
+        return f"the learner container could not start ({why}): {message or describe_code(code)}"
+    if why == "DeadlineExceeded":
+        return "the pod ran past its deadline (DeadlineExceeded)"
+    if message and why not in ("Error", "Completed"):
+        return f"{describe_code(code)} ({why}: {message})"
+    return describe_code(code)
+
+
+def _memory_limit(pod: Mapping[str, Any]) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == LEARNER_CONTAINER:
+            return str(((container.get("resources") or {}).get("limits") or {}).get("memory", ""))
+    return ""
+
+
+def _pod_reason(status: Mapping[str, Any]) -> str:
+    why = status.get("reason") or ""
+    message = (status.get("message") or "").strip()
+    if why == "Evicted":
+        return f"the pod was evicted from its node: {message or 'no reason given'}"
+    if why in ("NodeLost", "Shutdown", "NodeShutdown", "Terminated"):
+        return f"the pod's node went away ({why}): {message or 'no reason given'}"
+    if why == "DeadlineExceeded":
+        return "the pod ran past its deadline (DeadlineExceeded)"
+    if why or message:
+        return f"the pod failed ({why or 'no reason'}): {message or 'no message'}"
+    return ""
+
+
+def _scheduling_notice(status: Mapping[str, Any]) -> Notice | None:
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            message = (condition.get("message") or "no node fits").strip()
+            return Notice("FailedScheduling", f"cannot be scheduled yet: {message}")
+    return None
+
+
+def _waiting_notice(pod: Mapping[str, Any], waiting: Mapping[str, Any]) -> Notice | None:
+    why = waiting.get("reason") or ""
+    message = (waiting.get("message") or "").strip()
+    if why in PULL_FAILURES:
+        image = _image(pod)
+        return Notice(why, f"its image {image} cannot be pulled ({why}): {message or 'no detail'}")
+    if why in CONFIG_FAILURES:
+        return Notice(why, f"its container cannot be created ({why}): {message or 'no detail'}")
+    return None
+
+
+def _image(pod: Mapping[str, Any]) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == LEARNER_CONTAINER:
+            return str(container.get("image", "?"))
+    return "?"
+
+
+def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
+    """The learner's view of a pod, or None if the pod is not a dlaas learner."""
+    who = identity(pod)
+    if who is None:
+        return None
+    status = pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    container = _learner_state(status)
+    state = container.get("state") or {}
+    terminated = state.get("terminated")
+    waiting = state.get("waiting") or {}
+    raw_phase = status.get("phase") or "Pending"
+    phase = LearnerPhase(raw_phase) if raw_phase in LearnerPhase._value2member_map_ else None
+    if phase is None:  # "Unknown": the node stopped reporting
+        phase = LearnerPhase.PENDING
+    started = bool(state.get("running") or terminated)
+    exit_code: int | None = None
+    reason = ""
+    if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
+        if terminated:
+            exit_code = terminated.get("exitCode")
+            reason = _terminated_reason(pod, terminated)
+        pod_reason = _pod_reason(status)
+        if pod_reason and not (terminated and terminated.get("reason") == "OOMKilled"):
+            reason = pod_reason if not terminated else f"{reason}; {pod_reason}"
+        if not reason:
+            reason = "exit code 0" if phase is LearnerPhase.SUCCEEDED else "the pod failed"
+        if exit_code is None and phase is LearnerPhase.SUCCEEDED:
+            exit_code = 0
+    notices: list[Notice] = []
+    pull_failure = config_failure = None
+    if phase is LearnerPhase.PENDING:
+        scheduling = _scheduling_notice(status)
+        if scheduling:
+            notices.append(scheduling)
+        waiting_notice = _waiting_notice(pod, waiting)
+        if waiting_notice:
+            notices.append(waiting_notice)
+            if waiting_notice.code in PULL_FAILURES:
+                pull_failure = waiting_notice
+            else:
+                config_failure = waiting_notice
+    return PodReading(
+        identity=who,
+        phase=phase,
+        started=started,
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=exit_code,
+        reason=reason,
+        notices=tuple(notices),
+        pull_failure=pull_failure,
+        config_failure=config_failure,
+    )
+
+
+def learner_status(pod: Mapping[str, Any]) -> LearnerStatus | None:
+    reading = read_pod(pod)
+    if reading is None:
+        return None
+    who = reading.identity
+    return LearnerStatus(
+        job_id=who.job,
+        learner=who.learner,
+        attempt=who.attempt,
+        name=who.name,
+        phase=reading.phase,
+        exit_code=reading.exit_code,
+        reason=reading.reason,
+        stopping=reading.deleting,
+    )
