@@ -1,4 +1,5 @@
-"""Cluster backends: where learners run (`local` processes through the node agent)."""
+"""Cluster backends: where learners run (`local` processes through the node agent, or
+`kubernetes` pods)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from storage.settings import Settings
 
 
 def open_backend(settings: Settings) -> ClusterBackend:
-    if settings.cluster_backend == "local":
-        from lifecycle_manager.backends.local import LocalBackend
+    if settings.cluster_backend == "kubernetes":
+        from lifecycle_manager.backends.kubernetes import KubernetesBackend
 
-        return LocalBackend(settings.agent_url)
-    raise NotImplementedError(f"cluster backend {settings.cluster_backend!r} is not built yet")
+        return KubernetesBackend.from_settings(settings)
+    from lifecycle_manager.backends.local import LocalBackend
+
+    return LocalBackend(settings.agent_url)
