@@ -46,12 +46,21 @@ class Reporter:
     def checkpoint(self, name: str) -> None:
         self.publish(streams.checkpoint_event(self.job_id, self.learner, self.attempt, name))
 
-    def exit(self, exit_code: int, signal: str, reason: str, source: str) -> None:
-        """`source` is `command` (the user's command ended) or `runner` (the runner failed)."""
+    def restored(self, name: str) -> None:
+        """The checkpoint this attempt resumes from."""
+        event = streams.checkpoint_event(self.job_id, self.learner, self.attempt, name)
+        self.publish(dataclasses.replace(event, fields={**event.fields, "restored": "1"}))
+
+    def exit(
+        self, exit_code: int, signal: str, reason: str, source: str, last_line: str = ""
+    ) -> None:
+        """`source` is `command` (the user's command ended) or `runner` (the runner failed);
+        `last_line` is the command's last output line, which tells repeated errors apart."""
         event = streams.exit_event(
             self.job_id, self.learner, self.attempt, exit_code, signal, reason
         )
-        self.publish(dataclasses.replace(event, fields={**event.fields, "source": source}))
+        fields = {**event.fields, "source": source, "last_line": last_line[:500]}
+        self.publish(dataclasses.replace(event, fields=fields))
 
     def heartbeat(self) -> None:
         streams.set_heartbeat(self.client, self.job_id, self.learner)

@@ -287,6 +287,7 @@ class Runner:
 
         if restored is not None:
             shipper.line(f"[dlaas] learner {c.learner} resumes from checkpoint {restored}")
+            self._notify("the restore", reporter.restored, restored)
         patterns = compile_patterns(c.metric_patterns)
         for problem in patterns.problems:
             shipper.line(f"[dlaas] {problem}")
@@ -304,10 +305,14 @@ class Runner:
                 already_uploaded=restored,
             )
 
+        last_line = [""]
+
         def pump() -> None:
             assert child.stdout is not None
             for text in read_lines(child.stdout):
                 shipper.line(text, parser.parse(text))
+                if text.strip():
+                    last_line[0] = text
 
         reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
         reader.start()
@@ -341,7 +346,13 @@ class Runner:
             shipper.line(f"[dlaas] {report.reason}")
         self._finish_logs()
         self._notify(
-            "the exit", reporter.exit, report.exit_code, report.signal, report.reason, "command"
+            "the exit",
+            reporter.exit,
+            report.exit_code,
+            report.signal,
+            report.reason,
+            "command",
+            last_line[0],
         )
         return report.exit_code
 

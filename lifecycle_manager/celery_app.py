@@ -96,6 +96,11 @@ def delete_job(self: Task, job_id: str) -> str:
     return _finish(self, runtime.run(lambda ctx: operations.delete_job(ctx, job_id)))
 
 
+@app.task(name=task_names.RECOVER_JOB, **_RETRYING)
+def recover_job(self: Task, job_id: str) -> str:
+    return _finish(self, runtime.run(lambda ctx: operations.recover_job(ctx, job_id)))
+
+
 @app.task(name=task_names.RECONCILE)
 def reconcile_all() -> str:
     report = runtime.run(reconcile)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from lifecycle_manager.backends import open_backend
 from lifecycle_manager.backends.base import ClusterBackend
+from lifecycle_manager.recovery_dispatch import RecoveryDispatcher
 from storage.db import make_engine, make_sessionmaker
 from storage.models import utcnow
 from storage.object_store import ObjectStore, open_object_store
@@ -20,6 +21,7 @@ from storage.settings import Settings
 @dataclass(frozen=True)
 class Timings:
     stop_wait_s: float = 5.0  # how long halt and delete wait for learners to go, per try
+    restart_grace_s: float = 2.0  # SIGTERM to SIGKILL for the learners of a broken gang
     requeue_after_s: float = 5.0  # a QUEUED job unchanged this long lost its nudge
     deploy_grace_s: float = 15.0  # a learner not seen this long after a change is lost
 
@@ -32,6 +34,8 @@ class Context:
     backend: ClusterBackend
     redis: aioredis.Redis
     objects: ObjectStore
+    # Runs a RECOVERING job's next attempt after a delay (Celery in the service, direct in tests).
+    schedule_recovery: Callable[[str, float], Awaitable[None]]
     timings: Timings = field(default_factory=Timings)
     clock: Callable[[], datetime] = utcnow
 
@@ -56,5 +60,6 @@ def open_context(settings: Settings, timings: Timings | None = None) -> Context:
         backend=open_backend(settings),
         redis=aioredis.Redis.from_url(settings.redis_url),
         objects=open_object_store(settings),
+        schedule_recovery=RecoveryDispatcher(settings.redis_url),
         timings=timings or Timings(),
     )

@@ -18,8 +18,8 @@ through, the resume finishes the halt first and then deploys a new attempt.
 
 The job follows its learners: it is DOWNLOADING as soon as one learner fetches, RUNNING when
 every learner runs, STORING when every learner stores, COMPLETED when every learner exited 0,
-and FAILED when one learner failed. (Restarting from the newest checkpoint instead, under the
-manifest's `restart_policy`, belongs in `decide` as one more input.)
+and FAILED when one learner failed. A failure names its learner (`failed_learner`), so the
+caller can let `restart_policy.decide_restart` turn it into RECOVERING and a restart.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class Desired(StrEnum):
 
 class Action(StrEnum):
     STOP_LEARNERS = "stop_learners"
+    RESTART = "restart"  # deploy the next attempt (after `Decision.delay_s`)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ class Decision:
     reason: str = ""
     actions: tuple[Action, ...] = ()
     via: tuple[JobState, ...] = ()  # states to pass through first, as the table requires
+    failed_learner: int | None = None  # the learner whose failure this decision is about
+    delay_s: float = 0.0  # for RESTART: how long to back off first
 
 
 NO_CHANGE = Decision()
@@ -153,7 +156,13 @@ def learner_after_status(previous: LearnerState, reported: LearnerState) -> Lear
 
 def decide(job: JobView) -> Decision:
     """The state a job should move to, and what to do, given its learners."""
-    if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.HALTED, JobState.QUEUED):
+    if job.state in (
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.HALTED,
+        JobState.QUEUED,
+        JobState.RECOVERING,  # the old attempt's learners are going; the next one decides
+    ):
         return NO_CHANGE
     if job.desired is Desired.DELETE:
         return NO_CHANGE
@@ -168,7 +177,9 @@ def decide(job: JobView) -> Decision:
     if failed:
         first = failed[0]
         reason = f"learner {first.index} failed: {first.reason or 'unknown cause'}"
-        return Decision(JobState.FAILED, reason, (Action.STOP_LEARNERS,))
+        return Decision(
+            JobState.FAILED, reason, (Action.STOP_LEARNERS,), failed_learner=first.index
+        )
     if learners and all(learner.state is LearnerState.SUCCEEDED for learner in learners):
         count = len(learners)
         noun = "learner" if count == 1 else "learners"
@@ -248,9 +259,3 @@ def observe_cluster(
         elif age >= grace:
             (not_created if job.state is JobState.DEPLOYING else vanished).append(row.index)
     return Observation(tuple(exits), tuple(vanished), tuple(not_created))
-
-
-def all_vanished(job: JobView, observation: Observation) -> bool:
-    """Whether every learner still expected to run is gone without a recorded exit."""
-    active = [row.index for row in job.learners if row.state not in ENDING]
-    return bool(active) and set(active) <= set(observation.vanished)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,11 +29,17 @@ from lifecycle_manager.job_progress import (
     LearnerState,
     LearnerView,
     Observation,
-    all_vanished,
     decide,
     learner_after_exit,
     learner_after_status,
     observe_cluster,
+)
+from lifecycle_manager.restart_policy import (
+    Cause,
+    Failure,
+    RestartPolicy,
+    classify,
+    with_restart_policy,
 )
 from storage import jobs as repo
 from storage import streams
@@ -41,6 +49,7 @@ from storage.models import Job, Learner
 log = logging.getLogger(__name__)
 
 VANISHED = "vanished without a recorded exit"
+RESTART_EVENT = "restart"
 
 
 def learner_view(row: Learner) -> LearnerView:
@@ -102,14 +111,63 @@ def _after_exit(
     return LearnerView(row.index, state, exit_code, why)
 
 
-async def _decide(session: AsyncSession, job: Job, rows: Sequence[LearnerView]) -> Decision:
-    """Apply what `decide` says; NO_CHANGE if the job moved meanwhile."""
+def _failure_of(view: LearnerView) -> Failure:
+    return Failure(view.index, classify(view.exit_code, None), view.reason, view.exit_code)
+
+
+async def restart_history(session: AsyncSession, job_id: str) -> list[Failure]:
+    """The failures that restarted this job so far, oldest first."""
+    events = await repo.events_of_kind(session, job_id, RESTART_EVENT)
+    return [Failure.from_detail(event.detail.get("failure", {})) for event in events]
+
+
+async def newest_checkpoint(session: AsyncSession, job_id: str) -> str | None:
+    event = await repo.latest_event(session, job_id, "checkpoint")
+    return str(event.detail.get("name")) if event is not None else None
+
+
+async def _with_policy(
+    session: AsyncSession, job: Job, decision: Decision, failure: Failure
+) -> Decision:
+    checkpoint = await newest_checkpoint(session, job.id)
+    failure = replace(failure, checkpoint=checkpoint, reason=decision.reason)
+    history = await restart_history(session, job.id)
+    policy = RestartPolicy.from_manifest(job.manifest)
+    decision, verdict = with_restart_policy(decision, policy, failure, history)
+    detail = {"failure": failure.to_detail(), "attempt": job.attempt, "delay_s": verdict.delay_s}
+    if verdict.restart:
+        await repo.add_event(session, job.id, RESTART_EVENT, verdict.reason, detail)
+    else:
+        await repo.add_event(session, job.id, "restart_refused", verdict.reason, detail)
+    return decision
+
+
+async def _decide(
+    session: AsyncSession,
+    job: Job,
+    rows: Sequence[LearnerView],
+    failures: Mapping[int, Failure] | None = None,
+) -> Decision:
+    """Apply what `decide` (and, for a failure, the restart policy) says.
+
+    NO_CHANGE if the job moved meanwhile.
+    """
     decision = decide(job_view(job, rows))
     if decision.target is None:
         return NO_CHANGE
+    if decision.failed_learner is not None:
+        failed = (failures or {}).get(decision.failed_learner)
+        if failed is None:
+            view = next(r for r in rows if r.index == decision.failed_learner)
+            failed = _failure_of(view)
+        decision = await _with_policy(session, job, decision, failed)
     for state in (*decision.via, decision.target):
+        assert state is not None
+        changes: dict[str, Any] = (
+            {"restarts": job.restarts + 1} if state is JobState.RECOVERING else {}
+        )
         result = await repo.transition(
-            session, job.id, state, decision.reason, {"attempt": job.attempt}
+            session, job.id, state, decision.reason, {"attempt": job.attempt}, **changes
         )
         if not result.changed:
             return NO_CHANGE
@@ -118,7 +176,7 @@ async def _decide(session: AsyncSession, job: Job, rows: Sequence[LearnerView]) 
 
 async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
     """The side effects of an applied decision, after its transaction committed."""
-    await run_actions(ctx, job_id, decision.actions)
+    await run_actions(ctx, job_id, decision.actions, decision.delay_s)
     if decision.target is not None and is_final(decision.target):
         try:
             await streams.aretire_job_streams(ctx.redis, job_id)
@@ -126,11 +184,17 @@ async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
             log.warning("job %s: could not set its streams to expire: %s", job_id, error)
 
 
-async def run_actions(ctx: Context, job_id: str, actions: Sequence[Action]) -> None:
+async def run_actions(
+    ctx: Context, job_id: str, actions: Sequence[Action], delay_s: float = 0.0
+) -> None:
+    restarting = Action.RESTART in actions
     for action in actions:
-        if action is Action.STOP_LEARNERS:
+        if action is Action.RESTART:
+            await ctx.schedule_recovery(job_id, delay_s)
+        elif action is Action.STOP_LEARNERS:
+            grace = ctx.timings.restart_grace_s if restarting else None
             try:
-                await ctx.backend.delete_learners(job_id)
+                await ctx.backend.delete_learners(job_id, grace=grace)
             except BackendUnavailable as error:
                 log.warning(
                     "job %s: could not stop learners (the reconcile will): %s", job_id, error
@@ -153,6 +217,16 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
         job, rows = found
         row = rows.get(event.learner)
         if event.attempt != job.attempt or row is None or row.attempt != job.attempt:
+            return
+        if event.kind == streams.CHECKPOINT and fields.get("restored") == "1":
+            name = fields.get("name", "")
+            await repo.add_event(
+                session,
+                job.id,
+                "resumed",
+                f"learner {event.learner} resumed from checkpoint {name}",
+                {"name": name, "learner": event.learner, "attempt": event.attempt},
+            )
             return
         if event.kind == streams.CHECKPOINT:
             name = fields.get("name", "")
@@ -189,7 +263,16 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
         if not await _record(session, job, update, detail):
             return
         views = [update if r.index == update.index else learner_view(r) for r in rows.values()]
-        decision = await _decide(session, job, views)
+        failures = {}
+        if update.state is LearnerState.FAILED:
+            failures[update.index] = Failure(
+                update.index,
+                classify(update.exit_code, fields.get("signal") or None),
+                update.reason,
+                update.exit_code,
+                last_line=fields.get("last_line", ""),
+            )
+        decision = await _decide(session, job, views, failures)
     await carry_out(ctx, job.id, decision)
 
 
@@ -212,32 +295,41 @@ async def apply_cluster_view(
         seen = observe_cluster(
             view, cluster, age=ctx.age(job.updated_at), grace=ctx.timings.deploy_grace_s
         )
+        failures = {
+            index: Failure(index, Cause.VANISHED, f"learner {index} {VANISHED}")
+            for index in seen.vanished
+        }
+        updates = [
+            _after_exit(job, rows[s.index], s.exit_code, s.signal, s.reason, stopped=False)
+            for s in seen.exits
+        ]
+        updates += [LearnerView(i, LearnerState.FAILED, None, VANISHED) for i in seen.vanished]
+        for update in updates:
+            if update is not None and await _record(session, job, update, {"source": "reconcile"}):
+                views[update.index] = update
         decision = NO_CHANGE
-        if all_vanished(view, seen):
-            names = ", ".join(str(index) for index in seen.vanished)
-            result = await repo.transition(
-                session,
-                job.id,
-                JobState.FAILED,
-                f"learners vanished: no exit was recorded for learner {names}",
-                {"attempt": job.attempt, "vanished": list(seen.vanished)},
-            )
-            for index in seen.vanished:
-                failed = LearnerView(index, LearnerState.FAILED, None, VANISHED)
-                await _record(session, job, failed, {"source": "reconcile"})
-            if result.changed:
-                decision = Decision(JobState.FAILED, actions=(Action.STOP_LEARNERS,))
-        elif seen.exits or seen.vanished:
-            updates = [
-                _after_exit(job, rows[s.index], s.exit_code, s.signal, s.reason, stopped=False)
-                for s in seen.exits
-            ]
-            updates += [LearnerView(i, LearnerState.FAILED, None, VANISHED) for i in seen.vanished]
-            for update in updates:
-                if update is not None and await _record(
-                    session, job, update, {"source": "reconcile"}
-                ):
-                    views[update.index] = update
-            decision = await _decide(session, job, list(views.values()))
+        if updates:
+            decision = await _decide(session, job, list(views.values()), failures)
     await carry_out(ctx, job_id, decision)
     return seen
+
+
+async def apply_silence(ctx: Context, job_id: str, silent: Mapping[int, float]) -> None:
+    """Learners that stopped sending heartbeats failed: the restart policy takes it from there."""
+    async with ctx.sessions.begin() as session:
+        found = await _current(session, job_id)
+        if found is None:
+            return
+        job, rows = found
+        views = {index: learner_view(row) for index, row in rows.items()}
+        failures = {}
+        for index, silence in sorted(silent.items()):
+            reason = f"no heartbeat for {silence:.0f} s: the learner hung"
+            update = LearnerView(index, LearnerState.FAILED, None, reason)
+            if await _record(session, job, update, {"source": "heartbeat"}):
+                views[index] = update
+                failures[index] = Failure(index, Cause.HEARTBEAT, f"learner {index}: {reason}")
+        decision = NO_CHANGE
+        if failures:
+            decision = await _decide(session, job, list(views.values()), failures)
+    await carry_out(ctx, job_id, decision)

@@ -1,4 +1,5 @@
-"""The health monitor: applies learner events to jobs as they arrive.
+"""The health monitor: applies learner events to jobs as they arrive, and fails learners
+whose heartbeats stopped (hung) so the restart policy can restart them.
 
     python -m lifecycle_manager.monitor [--consumer NAME]
 
@@ -21,6 +22,7 @@ from collections import Counter
 from redis.exceptions import RedisError
 
 from lifecycle_manager.context import Context, open_context
+from lifecycle_manager.heartbeats import check_heartbeats
 from lifecycle_manager.learner_reports import apply_learner_event
 from storage import streams
 from storage.migrate import upgrade
@@ -33,6 +35,7 @@ BATCH = 100
 BLOCK_MS = 1000
 CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
+HEARTBEAT_CHECK_EVERY_S = 1.0
 MAX_FAILURES = 5  # an event that fails this often is logged and dropped
 
 Entries = list[tuple[streams.StreamId, streams.LearnerEvent]]
@@ -48,16 +51,27 @@ class Monitor:
     async def run(self, stop: asyncio.Event) -> None:
         await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
         loop = asyncio.get_running_loop()
-        next_claim = 0.0
+        next_claim = next_beat_check = 0.0
         while not stop.is_set():
             try:
                 if loop.time() >= next_claim:
                     await self.claim_stale()
                     next_claim = loop.time() + CLAIM_EVERY_S
+                if loop.time() >= next_beat_check:
+                    next_beat_check = loop.time() + HEARTBEAT_CHECK_EVERY_S
+                    await self.check_heartbeats()
                 await self.step()
             except (RedisError, OSError) as error:
                 log.warning("monitor: %s; retrying", error)
                 await asyncio.sleep(1)
+
+    async def check_heartbeats(self) -> None:
+        try:
+            await check_heartbeats(self.ctx)
+        except (RedisError, OSError):
+            raise
+        except Exception:  # a bad job must not stop the monitor; the next check retries
+            log.exception("monitor: heartbeat check failed")
 
     async def step(self, block_ms: int = BLOCK_MS) -> int:
         """Read and handle one batch; returns how many events it handled."""

@@ -50,15 +50,15 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         if job.deleted_at is not None or job.desired != Desired.RUN:
             return Outcome(f"not deploying: the job is to {job.desired}")
         attempt = job.attempt
-        if job.state == JobState.QUEUED:
+        if job.state in (JobState.QUEUED, JobState.RECOVERING):
             attempt += 1
             moved = await repo.transition(
                 session,
                 job_id,
                 JobState.DEPLOYING,
-                "creating learners",
+                "creating learners" if attempt == 1 else f"creating learners of attempt {attempt}",
                 {"attempt": attempt},
-                only_from=[JobState.QUEUED],
+                only_from=[JobState(job.state)],
                 attempt=attempt,
             )
             if not moved.changed:
@@ -100,6 +100,28 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             await ctx.backend.delete_learner(spec.name)
         return Outcome("the job changed while deploying; its learners were stopped")
     return Outcome(f"attempt {attempt}: {len(created)} of {len(specs)} learners created")
+
+
+async def recover_job(ctx: Context, job_id: str) -> Outcome:
+    """RECOVERING -> the next attempt, once the restart's backoff passed and the failed
+    attempt's learners are gone; its runners restore the newest committed checkpoint."""
+    async with ctx.sessions() as session:
+        job = await repo.get_job_any(session, job_id)
+        if job is None or job.deleted_at is not None:
+            return Outcome("no such job")
+        if job.state != JobState.RECOVERING or job.desired != Desired.RUN:
+            return Outcome(f"nothing to recover: the job is {job.state}")
+        restart = await repo.latest_event(session, job_id, "restart")
+    if restart is not None:
+        wait = float(restart.detail.get("delay_s", 0.0)) - ctx.age(restart.time)
+        if wait > 0:
+            return Outcome(f"backing off for {wait:.1f} s", retry_after=wait)
+    gone = await ctx.backend.delete_learners(
+        job_id, wait=ctx.timings.stop_wait_s, grace=ctx.timings.restart_grace_s
+    )
+    if not gone:
+        return Outcome("waiting for the failed attempt's learners to stop", retry_after=0.5)
+    return await deploy_job(ctx, job_id)
 
 
 async def _mark_stopping(session: AsyncSession, job: Job) -> None:

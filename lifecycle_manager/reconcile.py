@@ -162,6 +162,11 @@ async def _drive(
         if facts.age >= ctx.timings.requeue_after_s:
             await operations.deploy_job(ctx, facts.id)
             report.deployed.append(facts.id)
+    elif facts.state is JobState.RECOVERING:
+        if facts.age >= ctx.timings.requeue_after_s:  # its restart task was lost
+            outcome = await operations.recover_job(ctx, facts.id)
+            if outcome.retry_after is None:
+                report.deployed.append(facts.id)
     elif facts.halting:
         outcome = await operations.resume_job(ctx, facts.id)
         if outcome.retry_after is None:

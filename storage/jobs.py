@@ -217,3 +217,22 @@ async def set_learner_state(
 
 async def count_jobs(session: AsyncSession) -> int:
     return int((await session.execute(select(func.count()).select_from(Job))).scalar_one())
+
+
+async def events_of_kind(session: AsyncSession, job_id: str, kind: str) -> Sequence[JobEvent]:
+    query = (
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.kind == kind)
+        .order_by(JobEvent.id)
+    )
+    return (await session.execute(query)).scalars().all()
+
+
+async def latest_event(session: AsyncSession, job_id: str, kind: str) -> JobEvent | None:
+    query = (
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.kind == kind)
+        .order_by(JobEvent.id.desc())
+        .limit(1)
+    )
+    return (await session.execute(query)).scalar_one_or_none()

@@ -11,3 +11,4 @@ HALT_JOB = "dlaas.halt_job"  # args: [job_id]
 RESUME_JOB = "dlaas.resume_job"  # args: [job_id]
 DELETE_JOB = "dlaas.delete_job"  # args: [job_id]
 RECONCILE = "dlaas.reconcile"  # no args; also run every few seconds by the beat schedule
+RECOVER_JOB = "dlaas.recover_job"  # args: [job_id]; deploys a RECOVERING job's next attempt

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lifecycle_manager import operations
 from lifecycle_manager.context import Context, Timings, open_context
 from storage.migrate import upgrade
 from storage.settings import Settings
@@ -131,9 +132,29 @@ async def ctx(
     tmp_path: Path, database_url: str, redis_url: str, agent: Agent
 ) -> AsyncIterator[Context]:
     context = open_context(lm_settings(tmp_path, database_url, redis_url, agent.url), TEST_TIMINGS)
+    recoveries: list[asyncio.Task[None]] = []
+
+    async def recover_directly(job_id: str, delay_s: float) -> None:
+        """What a Celery worker does with `dlaas.recover_job`, in this test's event loop."""
+
+        async def run() -> None:
+            wait = delay_s
+            while True:
+                await asyncio.sleep(wait)
+                outcome = await operations.recover_job(context, job_id)
+                if outcome.retry_after is None:
+                    return
+                wait = outcome.retry_after
+
+        recoveries.append(asyncio.create_task(run()))
+
+    context.schedule_recovery = recover_directly
     try:
         yield context
     finally:
+        for task in recoveries:
+            task.cancel()
+        await asyncio.gather(*recoveries, return_exceptions=True)
         await context.aclose()
 
 

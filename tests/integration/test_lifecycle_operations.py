@@ -183,10 +183,17 @@ async def _no_learners(agent: Agent, job_id: str) -> bool:
 async def test_a_failing_learner_fails_the_job_and_stops_the_others(
     ctx: Context, agent: Agent
 ) -> None:
-    job_id = await make_job(ctx, '[ "$LEARNER_ID" = 2 ] && exit 7; sleep 30', learners=2)
+    job_id = await make_job(
+        ctx,
+        '[ "$LEARNER_ID" = 2 ] && exit 7; sleep 30',
+        learners=2,
+        restart_policy={"max_restarts": 0},
+    )
     await operations.deploy_job(ctx, job_id)
     await watch(ctx, is_state(ctx, job_id, JobState.FAILED))
-    assert (await load(ctx, job_id)).reason == "learner 2 failed: exit code 7"
+    assert (await load(ctx, job_id)).reason == (
+        "learner 2 failed: exit code 7; no restarts left (0 of 0 used)"
+    )
 
     async def learner_1_stopped() -> bool:
         return (await learner_states(ctx, job_id))[1] == (1, LearnerState.STOPPED)
@@ -303,11 +310,11 @@ async def test_reconcile_deploys_lost_nudges_stops_orphans_and_is_then_a_no_op(
     assert {job_id: await event_kinds(ctx, job_id) for job_id in events_before} == events_before
 
 
-async def test_reconcile_applies_missed_exits_and_fails_jobs_whose_learners_vanished(
+async def test_reconcile_applies_missed_exits_and_recovers_jobs_whose_learners_vanished(
     ctx: Context, agent: Agent
 ) -> None:
     lost = await make_job(ctx, "sleep 30")
-    crashed = await make_job(ctx, "exit 3")
+    crashed = await make_job(ctx, "exit 3", restart_policy={"max_restarts": 0})
     for job_id in (lost, crashed):
         await operations.deploy_job(ctx, job_id)
         async with ctx.sessions.begin() as session:  # what status events would have said
@@ -321,12 +328,13 @@ async def test_reconcile_applies_missed_exits_and_fails_jobs_whose_learners_vani
     report = await reconcile(ctx)
     assert sorted(report.updated) == sorted([lost, crashed])
     job = await load(ctx, lost)
+    assert job.state in (JobState.RECOVERING, JobState.DEPLOYING, JobState.RUNNING)
+    assert "restart" in await event_kinds(ctx, lost)
+    job = await load(ctx, crashed)
     assert (job.state, job.reason) == (
         JobState.FAILED,
-        "learners vanished: no exit was recorded for learner 1",
+        "learner 1 failed: exit code 3; no restarts left (0 of 0 used)",
     )
-    job = await load(ctx, crashed)
-    assert (job.state, job.reason) == (JobState.FAILED, "learner 1 failed: exit code 3")
 
 
 async def _phase_is(agent: Agent, job_id: str, phase: str) -> bool:

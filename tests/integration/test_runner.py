@@ -284,8 +284,11 @@ def test_restores_the_newest_committed_checkpoint_before_the_command(learner: Le
         "nested",
         "weights.bin",
     ]
-    # the restored checkpoint is not uploaded again, and nothing was pruned
-    assert [e for e in learner.events() if e["kind"] == "checkpoint"] == []
+    # the restored checkpoint is reported as such, not uploaded again, and nothing was pruned
+    checkpoint_events = [e for e in learner.events() if e["kind"] == "checkpoint"]
+    assert [(e["name"], e.get("restored")) for e in checkpoint_events] == [
+        ("ckpt-000000000005", "1")
+    ]
     assert "checkpoints/ckpt-000000000004/COMMITTED" in learner.keys("checkpoints/")
 
 

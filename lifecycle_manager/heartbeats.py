@@ -1,0 +1,76 @@
+"""Hung learners: running learners whose runner stopped sending heartbeats.
+
+A learner that hangs without exiting (stopped, deadlocked, its node frozen) is a failure
+too, found after the job's `restart_policy.heartbeat_timeout_s` of silence. The runner
+beats every 2 s; a learner that never beat is timed from its row's last change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lifecycle_manager.context import Context
+from lifecycle_manager.job_progress import Desired, LearnerState
+from lifecycle_manager.learner_reports import apply_silence
+from lifecycle_manager.restart_policy import RestartPolicy
+from storage import jobs as repo
+from storage import streams
+from storage.job_states import JobState
+
+log = logging.getLogger(__name__)
+
+WATCHED_JOBS = (JobState.DOWNLOADING, JobState.RUNNING, JobState.STORING)
+BEATING = frozenset({LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING})
+
+
+@dataclass(frozen=True)
+class LearnerBeat:
+    index: int
+    state: LearnerState
+    changed_at: float  # unix time of the row's last change
+
+
+def silent_learners(
+    learners: Sequence[LearnerBeat], beats: Mapping[int, float], *, now: float, timeout_s: float
+) -> dict[int, float]:
+    """Learners silent longer than `timeout_s`, with how long each has been silent."""
+    silent = {}
+    for learner in learners:
+        if learner.state not in BEATING:
+            continue
+        last = max(beats.get(learner.index, 0.0), learner.changed_at)
+        if now - last > timeout_s:
+            silent[learner.index] = now - last
+    return silent
+
+
+async def check_heartbeats(ctx: Context) -> list[str]:
+    """Fail (and so restart) every hung learner of a running job; returns the jobs touched."""
+    async with ctx.sessions() as session:
+        jobs = await repo.jobs_in_states(session, WATCHED_JOBS)
+        watched = []
+        for job in jobs:
+            if job.desired != Desired.RUN or job.deleted_at is not None:
+                continue
+            rows = await repo.learners_of(session, job.id)
+            beats = [
+                LearnerBeat(
+                    row.index, LearnerState(row.state), time.time() - ctx.age(row.updated_at)
+                )
+                for row in rows
+                if row.attempt == job.attempt
+            ]
+            timeout = RestartPolicy.from_manifest(job.manifest).heartbeat_timeout_s
+            watched.append((job.id, beats, timeout))
+    touched = []
+    for job_id, beats, timeout in watched:
+        heard = await streams.aget_heartbeats(ctx.redis, job_id)
+        silent = silent_learners(beats, heard, now=time.time(), timeout_s=timeout)
+        if silent:
+            log.warning("job %s: no heartbeat from learner(s) %s", job_id, sorted(silent))
+            await apply_silence(ctx, job_id, silent)
+            touched.append(job_id)
+    return touched

@@ -1,0 +1,175 @@
+"""Whether a failed job restarts from its newest checkpoint: pure functions over plain data.
+
+```
+ learner failed ----> restarts left? --no--> FAILED "restarts exhausted"
+                          | yes
+                          v
+        the program's own error repeating? --yes--> FAILED "the same failure repeated"
+        (same exit code and last line, no new checkpoint between)
+                          | no
+                          v
+                     RECOVERING --(after backoff)--> DEPLOYING (next attempt, restores)
+```
+
+Signals, out-of-memory kills, missing heartbeats and vanished learners come from the
+machine, not from the program, so they never count as a repeating program error. The
+backoff grows only over consecutive failures that made no progress (no new checkpoint):
+a job that keeps checkpointing between failures restarts at once every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from lifecycle_manager.job_progress import Action, Decision
+from storage.job_states import JobState
+
+
+class Cause(StrEnum):
+    EXIT = "exit"  # the program exited non-zero by itself
+    SIGNAL = "signal"  # killed by a signal
+    OOM = "oom"  # killed for memory
+    HEARTBEAT = "heartbeat"  # silent for too long: hung
+    VANISHED = "vanished"  # the cluster lost it
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_restarts: int = 3
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    identical_failures: int = 2
+    heartbeat_timeout_s: float = 30.0
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> RestartPolicy:
+        block = manifest.get("restart_policy")
+        if not isinstance(block, Mapping):
+            return cls()
+        known = {k: block[k] for k in cls.__dataclass_fields__ if k in block}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One learner failure, as recorded in the job's restart history."""
+
+    learner: int
+    cause: Cause
+    reason: str
+    exit_code: int | None = None
+    last_line: str = ""
+    checkpoint: str | None = None  # the newest committed checkpoint when it failed
+
+    @property
+    def signature(self) -> str:
+        return f"{self.cause}|{self.exit_code}|{self.last_line}"
+
+    def repeats(self, earlier: Failure) -> bool:
+        """The same program error again, with no progress in between."""
+        return (
+            self.cause is Cause.EXIT
+            and earlier.signature == self.signature
+            and earlier.checkpoint == self.checkpoint
+        )
+
+    def to_detail(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner,
+            "cause": self.cause.value,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "last_line": self.last_line,
+            "checkpoint": self.checkpoint,
+        }
+
+    @classmethod
+    def from_detail(cls, detail: Mapping[str, Any]) -> Failure:
+        return cls(
+            learner=int(detail.get("learner", 0)),
+            cause=Cause(detail.get("cause", Cause.EXIT.value)),
+            reason=str(detail.get("reason", "")),
+            exit_code=detail.get("exit_code"),
+            last_line=str(detail.get("last_line", "")),
+            checkpoint=detail.get("checkpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class RestartVerdict:
+    restart: bool
+    reason: str
+    delay_s: float = 0.0
+
+
+def classify(exit_code: int | None, signal: str | None, *, vanished: bool = False) -> Cause:
+    if vanished:
+        return Cause.VANISHED
+    if exit_code == 137 and not signal:
+        return Cause.OOM
+    if signal or (exit_code is not None and exit_code > 128):
+        return Cause.SIGNAL
+    return Cause.EXIT
+
+
+def _stalled(failure: Failure, history: Sequence[Failure]) -> int:
+    """How many failures in a row, ending with `failure`, made no checkpoint progress."""
+    count = 1
+    for earlier in reversed(history):
+        if earlier.checkpoint != failure.checkpoint:
+            break
+        count += 1
+    return count
+
+
+def decide_restart(
+    policy: RestartPolicy, failure: Failure, history: Sequence[Failure]
+) -> RestartVerdict:
+    """Restart or give up, given this failure and the ones before it (oldest first)."""
+    used = len(history)
+    if used >= policy.max_restarts:
+        return RestartVerdict(
+            False,
+            f"{failure.reason}; no restarts left ({used} of {policy.max_restarts} used)",
+        )
+    repeated = 1
+    for earlier in reversed(history):
+        if not failure.repeats(earlier):
+            break
+        repeated += 1
+    if repeated >= policy.identical_failures:
+        return RestartVerdict(
+            False,
+            f"{failure.reason}; the same failure happened {repeated} times in a row with no "
+            "new checkpoint, so it is the program's own error: fix it and submit again",
+        )
+    stalled = _stalled(failure, history)
+    delay = (
+        0.0 if stalled <= 1 else min(policy.backoff_s * 2 ** (stalled - 2), policy.backoff_max_s)
+    )
+    resume = f"from {failure.checkpoint}" if failure.checkpoint else "from the start"
+    return RestartVerdict(
+        True,
+        f"{failure.reason}; restart {used + 1} of {policy.max_restarts} {resume}",
+        delay,
+    )
+
+
+def with_restart_policy(
+    decision: Decision, policy: RestartPolicy, failure: Failure, history: Sequence[Failure]
+) -> tuple[Decision, RestartVerdict]:
+    """Turn a learner failure's FAILED decision into RECOVERING when the policy allows."""
+    verdict = decide_restart(policy, failure, history)
+    if not verdict.restart:
+        return replace(decision, reason=verdict.reason), verdict
+    restarting = Decision(
+        JobState.RECOVERING,
+        verdict.reason,
+        (Action.STOP_LEARNERS, Action.RESTART),
+        failed_learner=decision.failed_learner,
+        delay_s=verdict.delay_s,
+    )
+    return restarting, verdict
