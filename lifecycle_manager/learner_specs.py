@@ -52,6 +52,18 @@ def data_prefix(manifest: Mapping[str, Any], owner_id: int) -> str:
     return ""
 
 
+def parameter_server_env(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """`DLAAS_PS_MODE` (and `DLAAS_PS_STALENESS`) when the job asks for a parameter server;
+    a backend starts the sidecar for such learners."""
+    if not isinstance(manifest.get("parameter_server"), Mapping):
+        return {}
+    block = _section(manifest, "parameter_server")
+    env = {"DLAAS_PS_MODE": str(block.get("mode") or "async")}
+    if block.get("staleness") is not None:
+        env["DLAAS_PS_STALENESS"] = str(block["staleness"])
+    return env
+
+
 def resources(manifest: Mapping[str, Any]) -> Resources:
     """Per-learner resources; the stored manifest holds memory in bytes."""
     memory = manifest.get("memory")
@@ -94,6 +106,7 @@ def learner_specs(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    common.update(parameter_server_env(manifest))
     command = str(_section(manifest, "framework").get("command", ""))
     specs = []
     for learner in range(1, num_learners + 1):
