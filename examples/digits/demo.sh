@@ -8,10 +8,9 @@ results="${DLAAS_DEMO_RESULTS:-$PWD/digits-results}"
 dlaas up --detach
 dlaas data upload digits-data "$here/data/digits.npz"
 job="$(dlaas train "$here/manifest.yml" "$here/model")"
-echo "submitted $job; following its logs"
 status=0
 dlaas logs "$job" --follow || status=$?
-dlaas show "$job"
+dlaas show "$job" --events 6
 echo
 echo "final metrics of $job:"
 dlaas metrics "$job" --tail 4
