@@ -1,0 +1,472 @@
+"""`dlaas-ps`: the parameter-server sidecar of a learner pod.
+
+One process per pod (per learner process on the local backend), beside its learners and
+sharing the region directory with them (`learner_image.ps.region`). Its loop:
+
+```
+ start --> take server.lock --> control file (new, or the one a previous server left)
+       --> model: the weights a learner created | the newest snapshot | wait for a learner
+           (weights left torn by a server killed mid-update: restore the newest snapshot)
+       --> loop: wait on the bell --> acknowledge attaches --> apply what the mode allows
+                 (policy.next_group) --> release learners (policy.may_release)
+                 --> snapshot when due --> look for dead learners when idle
+       --> SIGTERM: a last snapshot, then exit 0
+```
+
+Updates are applied in place by the kernels of `learner_image.ps.kernels`; the weights'
+seqlock is odd during an update, so a reader (and a restarted server) can tell a torn
+vector from a whole one. Between sidecars of one job, `learner_image.ps.exchange` carries
+aggregated updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from learner_image.ps import policy
+from learner_image.ps.kernels import Kernel
+from learner_image.ps.layout import Mode, ModelLayout, OptimizerConfig
+from learner_image.ps.region import (
+    L_ATTACH,
+    L_COMMITTED,
+    S_APPLIED,
+    S_EPOCH,
+    S_LOST,
+    S_MAX_GAP,
+    S_MAX_STALENESS,
+    S_MODEL,
+    S_PID,
+    S_SNAPSHOT,
+    V_APPLIED_AT,
+    V_ATTACH_ACK,
+    V_DRAINED,
+    V_GAP,
+    V_IN_WEIGHTS,
+    V_READ_VERSION,
+    V_RELEASED,
+    V_STALENESS,
+    W_SEQ,
+    W_VERSION,
+    Control,
+    ModelFiles,
+    RegionPaths,
+    create_model_files,
+    creation_lock,
+    ensure_directory,
+)
+from learner_image.ps.server_config import ServerConfig, parse_config
+from learner_image.ps.shm import FileLock, is_locked
+from learner_image.ps.slots import release, server_view
+from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter
+
+if TYPE_CHECKING:
+    from learner_image.ps.exchange import Exchange
+
+log = logging.getLogger("dlaas.ps")
+
+IDLE_WAIT_S = 0.05
+PROBE_EVERY_S = 0.02
+STOP_SNAPSHOT_WAIT_S = 60.0
+
+
+class ServerError(Exception):
+    """The server cannot start on this directory (another one runs, or it is inconsistent)."""
+
+
+class Server:
+    def __init__(
+        self,
+        config: ServerConfig,
+        snapshots: SnapshotStore | None = None,
+        exchange: Exchange | None = None,
+    ) -> None:
+        self.config = config
+        self.paths: RegionPaths = ensure_directory(config.directory)
+        self.snapshots = snapshots
+        self.exchange = exchange
+        self._lock = FileLock(self.paths.server_lock)
+        self.control: Control
+        self.files: ModelFiles
+        self.kernel: Kernel
+        self.alive = [False] * config.slots
+        self._grads: list[torch.Tensor] = []
+        self._fresh_control = False
+        self._last_probe = 0.0
+        self._snapshotter: Snapshotter | None = None
+        self._snapshot_buffer: np.ndarray | None = None
+
+    # -- start-up ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        if not self._lock.try_acquire():
+            raise ServerError(f"another parameter server holds {self.paths.server_lock}")
+        c = self.config
+        control = Control.open(self.paths) if self.paths.control.exists() else None
+        if control is not None and (control.slots_count, control.mode, control.staleness) != (
+            c.slots,
+            c.mode,
+            c.staleness,
+        ):
+            if any(is_locked(self.paths.slot_lock(i)) for i in range(control.slots_count)):
+                raise ServerError(
+                    f"{self.paths.control} was made for {control.slots_count} slot(s), mode "
+                    f"{control.mode} {control.staleness}, and learners are attached to it"
+                )
+            control = None
+        if control is None:
+            control = Control.create(self.paths, c.slots, c.mode, c.staleness)
+            self._fresh_control = True
+        self.control = control
+        server = control.server
+        server[S_MODEL] = 0
+        server[S_EPOCH] = int(server[S_EPOCH]) + 1
+        server[S_PID] = os.getpid()
+        epoch = int(server[S_EPOCH])
+        if self.snapshots is not None:
+            self._snapshotter = Snapshotter(self.snapshots, c.snapshot_interval_s, epoch)
+        log.info(
+            "dlaas-ps %s: %d slot(s), mode %s, staleness %d, epoch %d",
+            self.paths.root,
+            c.slots,
+            c.mode,
+            c.staleness,
+            epoch,
+        )
+
+    def wait_for_model(self, stop: threading.Event) -> bool:
+        """Map the model once it exists (restoring a snapshot if that is the only copy)."""
+        if not self.paths.weights.exists():
+            snapshot = self.snapshots.latest() if self.snapshots is not None else None
+            if snapshot is not None:
+                self._create_from(snapshot)
+                self._map_model()
+                self._restore_counters(snapshot)
+                return True
+        while not stop.is_set():
+            if self.paths.weights.exists():
+                self._map_model()
+                return True
+            self.control.bell.wait(IDLE_WAIT_S * 2)
+            self.control.bell.drain()
+        return False
+
+    def _create_from(self, snapshot: Snapshot) -> None:
+        lock = creation_lock(self.paths)
+        lock.acquire(30.0, "creating the model from a snapshot")
+        try:
+            if not self.paths.weights.exists():
+                layout = ModelLayout.from_json(snapshot.layout)
+                create_model_files(
+                    self.paths,
+                    self.config.slots,
+                    layout,
+                    OptimizerConfig.from_json(snapshot.optimizer),
+                    snapshot.weights,
+                    version=snapshot.version,
+                    states=snapshot.states,
+                    step=snapshot.step,
+                )
+                log.info("model restored from the snapshot of version %d", snapshot.version)
+        finally:
+            lock.release()
+
+    def _map_model(self) -> None:
+        self.files = ModelFiles(self.paths, self.config.slots)
+        torch.set_num_threads(self.config.threads)
+        files = self.files
+        self.weights = torch.from_numpy(files.weights)
+        self._grads = [torch.from_numpy(g) for g in files.grads]
+        states = [torch.from_numpy(s) for s in files.states]
+        self.kernel = Kernel(
+            files.optimizer, self.weights, states, torch.from_numpy(files.optim_step)
+        )
+        if int(files.weights_header[W_SEQ]) % 2:
+            self._recover_torn()
+        if self.exchange is not None:
+            self.exchange.bind(self)
+        for i in range(self.config.slots):
+            if is_locked(self.paths.slot_lock(i)):
+                self.alive[i] = True
+        self.control.server[S_MODEL] = 1
+
+    def _recover_torn(self) -> None:
+        snapshot = self.snapshots.latest() if self.snapshots is not None else None
+        if snapshot is None:
+            log.error(
+                "the weights were left mid-update by a server that died, and there is no "
+                "snapshot: going on with one gradient partly applied"
+            )
+            self.files.weights_header[W_SEQ] = int(self.files.weights_header[W_SEQ]) + 1
+            return
+        if snapshot.layout["numel"] != self.files.numel:
+            raise ServerError("the newest snapshot is of another model than the region's")
+        files = self.files
+        files.weights[:] = snapshot.weights
+        for i, state in enumerate(files.states):
+            state[:] = snapshot.states[i]
+        files.optim_step[0] = snapshot.step
+        files.weights_header[W_VERSION] = snapshot.version
+        files.weights_header[W_SEQ] = int(files.weights_header[W_SEQ]) + 1
+        self._restore_counters(snapshot)
+        log.warning("torn weights: restored the snapshot of version %d", snapshot.version)
+
+    def _restore_counters(self, snapshot: Snapshot) -> None:
+        """Make the slot counters agree with the restored weights: a gradient drained after
+        the snapshot that is still in its slot is applied again (it is not in the
+        snapshot); older ones drained after the snapshot are lost, and counted."""
+        server = self.control.server
+        server[S_APPLIED] = snapshot.applied
+        if self._fresh_control or len(snapshot.drained) != len(self.control.slots):
+            return
+        lost = 0
+        for i, slot in enumerate(self.control.slots):
+            committed = int(slot.learner[L_COMMITTED])
+            drained = int(slot.server[V_DRAINED])
+            released = int(slot.server[V_RELEASED])
+            before = snapshot.drained[i]
+            if drained > released and drained > before:
+                slot.server[V_DRAINED] = committed - 1
+                lost += committed - 1 - before
+            else:
+                lost += max(0, drained - before)
+            slot.server[V_IN_WEIGHTS] = snapshot.in_weights[i]
+        server[S_LOST] = int(server[S_LOST]) + lost
+
+    # -- the loop ----------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return int(self.files.weights_header[W_VERSION])
+
+    def run(self, stop: threading.Event) -> None:
+        if not self.wait_for_model(stop):
+            return
+        while not stop.is_set():
+            if self.step():
+                self._maybe_snapshot()
+                continue
+            self._maybe_snapshot()
+            now = time.monotonic()
+            if now - self._last_probe >= PROBE_EVERY_S:
+                self._last_probe = now
+                if self._probe():
+                    continue
+            self.control.bell.wait(IDLE_WAIT_S)
+            self.control.bell.drain()
+        self.shutdown()
+
+    def views(self) -> list[policy.SlotView]:
+        return [server_view(s, self.alive[i], i) for i, s in enumerate(self.control.slots)]
+
+    def step(self) -> bool:
+        """Do what can be done now; whether anything changed."""
+        progressed = self._acknowledge()
+        views = self.views()
+        remote = self.exchange is not None and self.exchange.remote_ready()
+        decision = policy.next_group(
+            self.config.mode, self.config.staleness, self.version, views, remote
+        )
+        if decision is not None:
+            chosen, with_remote = decision
+            self._apply([views[i] for i in chosen], with_remote)
+            views = self.views()
+            progressed = True
+        return self._release(views) or progressed
+
+    def _acknowledge(self) -> bool:
+        changed = False
+        version = self.version
+        for i, slot in enumerate(self.control.slots):
+            attach = int(slot.learner[L_ATTACH])
+            if attach == int(slot.server[V_ATTACH_ACK]):
+                continue
+            self.alive[i] = True
+            if int(slot.server[V_RELEASED]) == int(slot.learner[L_COMMITTED]):
+                slot.server[V_READ_VERSION] = version
+            slot.server[V_ATTACH_ACK] = attach
+            slot.bell.post()
+            changed = True
+        return changed
+
+    def _probe(self) -> bool:
+        """Mark learners whose lock is free as gone; whether any was."""
+        gone = False
+        for i in range(self.config.slots):
+            if self.alive[i] and not is_locked(self.paths.slot_lock(i)):
+                self.alive[i] = False
+                gone = True
+                log.info("learner of slot %d is gone", i)
+        return gone
+
+    def _apply(self, views: Sequence[policy.SlotView], with_remote: bool) -> None:
+        slots = self.control.slots
+        header = self.files.weights_header
+        before = self.version
+        grads = [self._grads[v.index] for v in views]
+        lrs = [float(slots[v.index].lr[0]) for v in views]
+        lr = sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr
+        header[W_SEQ] = int(header[W_SEQ]) + 1
+        if self.exchange is not None and self.config.mode is Mode.SYNC:
+            grads, lr = self.exchange.sync_round(grads, lr)
+        self.kernel.apply(grads, lr)
+        if with_remote and self.exchange is not None:
+            self.exchange.apply_remote()
+        server = self.control.server
+        for v in views:
+            slot = slots[v.index].server
+            staleness = before - v.read_version
+            slot[V_DRAINED] = v.committed
+            slot[V_IN_WEIGHTS] = int(slot[V_IN_WEIGHTS]) + 1
+            slot[V_STALENESS] = staleness
+            slot[V_APPLIED_AT] = before
+            if staleness > int(server[S_MAX_STALENESS]):
+                server[S_MAX_STALENESS] = staleness
+        server[S_APPLIED] = int(server[S_APPLIED]) + len(views)
+        header[W_VERSION] = before + 1
+        header[W_SEQ] = int(header[W_SEQ]) + 1
+        if self.exchange is not None and views and self.config.mode is not Mode.SYNC:
+            self.exchange.local_update()
+
+    def _release(self, views: Sequence[policy.SlotView]) -> bool:
+        peers = self.exchange.peer_clocks() if self.exchange is not None else ()
+        floor = policy.clock_floor(views, peers)
+        released = False
+        version = self.version
+        server = self.control.server
+        for v in views:
+            if policy.may_release(self.config.mode, self.config.staleness, v, floor):
+                slot = self.control.slots[v.index]
+                gap = v.drained - floor if floor is not None else 0
+                slot.server[V_GAP] = max(gap, 0)
+                if gap > int(server[S_MAX_GAP]):
+                    server[S_MAX_GAP] = gap
+                release(slot, version)
+                released = True
+        return released
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if self._snapshotter is not None and self._snapshotter.due(time.monotonic()):
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        """Copy the state (between updates) and upload it in the background."""
+        if self._snapshotter is None:
+            return
+        self._snapshotter.take(time.monotonic(), self._capture)
+        self.control.server[S_SNAPSHOT] = self.version
+
+    def _capture(self) -> Snapshot:
+        files = self.files
+        rows = 1 + len(files.states)
+        if self._snapshot_buffer is None or self._snapshot_buffer.shape != (rows, files.numel):
+            self._snapshot_buffer = np.empty((rows, files.numel), dtype=np.float32)
+        buffer = self._snapshot_buffer
+        torch.from_numpy(buffer[0]).copy_(self.weights)
+        for i, state in enumerate(files.states):
+            buffer[1 + i] = state
+        slots = self.control.slots
+        return Snapshot(
+            version=self.version,
+            applied=int(self.control.server[S_APPLIED]),
+            drained=[int(s.server[V_DRAINED]) for s in slots],
+            in_weights=[int(s.server[V_IN_WEIGHTS]) for s in slots],
+            layout=files.layout.to_json(),
+            optimizer=files.optimizer.to_json(),
+            step=float(files.optim_step[0]),
+            weights=buffer[0],
+            states=buffer[1:],
+        )
+
+    def shutdown(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+        if self._snapshotter is not None and hasattr(self, "files"):
+            self._snapshotter.wait_idle(STOP_SNAPSHOT_WAIT_S)
+            self.snapshot()
+            self._snapshotter.wait_idle(STOP_SNAPSHOT_WAIT_S)
+        self._lock.release()
+
+
+def open_snapshots(config: ServerConfig) -> SnapshotStore | None:
+    """Where snapshots go: `--snapshot-dir`, else the object store the environment names."""
+    if config.snapshot_interval_s <= 0:
+        return None
+    from storage.object_store import LocalObjectStore, open_object_store
+
+    if config.snapshot_dir is not None:
+        return SnapshotStore(LocalObjectStore(config.snapshot_dir), config.job, config.rank)
+    if "DLAAS_OBJECT_STORE" not in os.environ:
+        return None
+    from storage.settings import Settings
+
+    return SnapshotStore(open_object_store(Settings()), config.job, config.rank)
+
+
+def serve(config: ServerConfig, stop: threading.Event) -> None:
+    exchange = None
+    if config.distributed:
+        from learner_image.ps.exchange import open_exchange
+
+        exchange = open_exchange(config)
+    server = Server(config, open_snapshots(config), exchange)
+    server.open()
+    server.run(stop)
+
+
+def supervise(argv: Sequence[str]) -> int:
+    """Run the server as a child and start it again whenever it dies of anything but a stop
+    (what a kubelet does for a sidecar container)."""
+    child_argv = [a for a in argv if a != "--supervise"]
+    stopping = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    backoff = 0.2
+    while not stopping.is_set():
+        child = subprocess.Popen([sys.executable, "-m", "learner_image.ps.server", *child_argv])
+        code = child.wait()
+        if stopping.is_set() or code == 0:
+            return code
+        log.warning("dlaas-ps exited with %s; starting it again in %.1f s", code, backoff)
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 5.0)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    config = parse_config(args)
+    if config.supervise:
+        sys.exit(supervise(args))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    try:
+        serve(config, stop)
+    except ServerError as error:
+        print(f"dlaas-ps: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
