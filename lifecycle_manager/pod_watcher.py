@@ -125,7 +125,6 @@ async def serve(settings: Settings) -> None:
         await done.wait()
     finally:
         stop.set()
-        watcher.stop()
         delivery.cancel()
         await redis.aclose()
         await engine.dispose()

@@ -105,8 +105,13 @@ class KubernetesBackend:
                     self.calls.create, core.create_namespaced_pod, self.namespace, pod
                 )
             )
-        results = await asyncio.gather(*creations)
-        made = results[-len(pods) :]
+        # Every creation runs to its end before a failure is raised: no request is left
+        # running behind the caller's back.
+        results = await asyncio.gather(*creations, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        made = [result for result in results[-len(pods) :] if isinstance(result, tuple)]
         return [spec.name for spec, (_obj, created) in zip(specs, made, strict=True) if created]
 
     async def _admit(self, job_id: str, gang: list[dict[str, Any]]) -> None:

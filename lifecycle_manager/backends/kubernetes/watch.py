@@ -8,7 +8,8 @@
 
 Every pod of a list or an event goes to the callback as it comes; after a list the callback
 is also told which pods the list holds (`relisted`), so that pods that went away while
-nothing was watching are noticed. Synchronous: it runs in a thread of its own.
+nothing was watching are noticed. Synchronous: it runs in a daemon thread of its own, which
+ends at the first event or reconnection after `stop` is set.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import urllib3
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from lifecycle_manager.backends.base import BackendUnavailable
 from lifecycle_manager.backends.kubernetes.client import GONE, Caller
@@ -63,7 +64,6 @@ class PodWatch:
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.lists = 0  # how many times it listed (a measure of expiries)
-        self._watch: watch.Watch | None = None
 
     def run(self, sink: PodSink, stop: threading.Event) -> None:
         version: str | None = None
@@ -82,12 +82,6 @@ class PodWatch:
                     break
                 log.warning("pod watch: %s; watching again in %.1f s", e, self.backoff_s)
                 stop.wait(self.backoff_s)
-
-    def stop(self) -> None:
-        """Ends a watch in progress (call from another thread, after setting `stop`)."""
-        current = self._watch
-        if current is not None:
-            current.stop()
 
     def _list(self, sink: PodSink) -> str:
         answer = self.calls.json(
@@ -114,27 +108,27 @@ class PodWatch:
         return version
 
     def _events(self, version: str) -> Iterator[dict[str, Any]]:
-        self._watch = watch.Watch()
         kwargs: dict[str, Any] = {
+            "watch": True,
             "label_selector": MANAGED_SELECTOR,
             "allow_watch_bookmarks": True,
             # The server ends the watch after this long; the client gives it a little more.
             "timeout_seconds": self.watch_timeout_s,
             "_request_timeout": (self.calls.timeout, self.watch_timeout_s + self.calls.timeout),
-            "deserialize": False,
+            "_preload_content": False,
         }
         if version:
             kwargs["resource_version"] = version
         try:
-            for event in self._watch.stream(
-                self.calls.core.list_namespaced_pod, self.namespace, **kwargs
-            ):
-                if isinstance(event, str):
-                    event = json.loads(event)
-                yield event
+            response: Any = self.calls.core.list_namespaced_pod(self.namespace, **kwargs)
         except ApiException as error:
             if error.status == GONE:
                 raise Expired() from error
             raise
+        try:
+            for line in iter_resp_lines(response):
+                if line:
+                    yield json.loads(line)
         finally:
-            self._watch = None
+            response.close()
+            response.release_conn()

@@ -1,0 +1,326 @@
+"""The kubernetes backend against kmock's API emulator over HTTP, with the real client.
+
+The lifecycle manager's operations run in-process on SQLite and the real Redis; a test-side
+kubelet moves pods through their phases (or runs their command); the pod watcher turns what
+it sees into learner events that the monitor applies to the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from lifecycle_manager import operations
+from lifecycle_manager.context import Context
+from storage.job_states import JobState
+from tests.integration import kube_harness
+from tests.integration.kube_harness import (
+    core_api,
+    events,
+    follow,
+    load,
+    make_job,
+    node,
+    pod_watcher,
+    pods_of,
+)
+from tests.kube.emulator import RunningEmulator
+from tests.kube.kubelet import Kubelet
+
+emulator = kube_harness.emulator
+namespace = kube_harness.namespace
+kube_ctx = kube_harness.kube_ctx
+
+MANIFEST: dict[str, Any] = {
+    "cpus": 2,
+    "gpus": 1,
+    "memory": 4 * 2**30,
+    "parameter_server": {"mode": "bounded", "staleness": 4},
+    "environment": {"LR": "0.1"},
+}
+
+
+def state_is(ctx: Context, job_id: str, *states: JobState) -> Any:
+    async def check() -> bool:
+        return (await load(ctx, job_id)).state in states
+
+    return check
+
+
+async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2, **MANIFEST)
+    outcome = await operations.deploy_job(kube_ctx, job_id)
+    assert outcome.message == "attempt 1: 2 of 2 learners created"
+    root = f"dlaas-{job_id}"
+    [secret] = emulator.objects("secrets", namespace)
+    [service] = emulator.objects("services", namespace)
+    pods = pods_of(emulator, namespace, job_id)
+    assert [pod["metadata"]["name"] for pod in pods] == [
+        f"dlaas-{job_id}-learner-1-a1",
+        f"dlaas-{job_id}-learner-2-a1",
+    ]
+    owner = {"apiVersion": "v1", "kind": "Secret", "name": root, "uid": secret["metadata"]["uid"]}
+    assert service["metadata"]["ownerReferences"] == [owner]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"dlaas.io/job": job_id, "dlaas.io/role": "learner"}
+    assert secret["stringData"]["DLAAS_S3_SECRET_KEY"] == "very-secret-key"
+
+    pod = pods[1]
+    labels = pod["metadata"]["labels"]
+    assert (labels["dlaas.io/job"], labels["dlaas.io/learner"], labels["dlaas.io/role"]) == (
+        job_id,
+        "2",
+        "learner",
+    )
+    assert pod["metadata"]["ownerReferences"] == [owner]
+    spec = pod["spec"]
+    assert (spec["hostname"], spec["subdomain"], spec["restartPolicy"]) == (
+        "learner-2",
+        root,
+        "Never",
+    )
+    [learner] = spec["containers"]
+    assert learner["resources"] == {
+        "requests": {"cpu": "2000m", "memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
+        "limits": {"memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
+    }
+    env = {item["name"]: item for item in learner["env"]}
+    assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"
+    assert env["RANK"]["value"] == "1"
+    assert env["DLAAS_S3_SECRET_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": root, "key": "DLAAS_S3_SECRET_KEY"}
+    }
+    assert "very-secret-key" not in json.dumps(pod)
+    [ps] = spec["initContainers"]
+    assert ps["restartPolicy"] == "Always"
+    assert ps["command"] == [
+        "dlaas-ps", "--job", job_id, "--region", "/dev/shm/dlaas-ps",
+        "--mode", "bounded", "--staleness", "4",
+    ]  # fmt: skip
+    shm = {"name": "shm", "mountPath": "/dev/shm"}
+    assert shm in ps["volumeMounts"] and shm in learner["volumeMounts"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(4 * 2**30)}} in spec[
+        "volumes"
+    ]
+
+
+async def test_a_job_follows_its_pods_from_pending_to_completed(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2)
+    with Kubelet(emulator.url, namespace, hold=True) as kubelet:
+        async with pod_watcher(kube_ctx):
+            await operations.deploy_job(kube_ctx, job_id)
+            names = [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)]
+            for name in names:
+                kubelet.bind(name)
+            assert (await load(kube_ctx, job_id)).state == JobState.DEPLOYING
+            for name in names:
+                kubelet.start(name)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.DOWNLOADING))
+            for name in names:
+                kubelet.finish(name, 0)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED))
+    job = await load(kube_ctx, job_id)
+    assert job.reason == "training finished: 2 learners exited 0"
+    assert not pods_of(emulator, namespace, job_id)  # a finished job's pods are removed
+
+
+async def test_cluster_troubles_become_job_events_and_an_oom_kill_fails_the_learner(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(
+        kube_ctx, "python train.py", learners=2, memory=2**30, restart_policy={"max_restarts": 0}
+    )
+    with Kubelet(emulator.url, namespace, hold=True) as kubelet:
+        async with pod_watcher(kube_ctx):
+            await operations.deploy_job(kube_ctx, job_id)
+            first, second = [
+                pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)
+            ]
+            kubelet.unschedulable(first, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+            kubelet.waiting(second, "ImagePullBackOff", 'Back-off pulling image "dlaas-learner"')
+
+            async def noticed() -> bool:
+                kinds = [kind for kind, _ in await events(kube_ctx, job_id)]
+                return kinds.count("cluster") == 2
+
+            await follow(kube_ctx, noticed, what="two cluster notices")
+            kubelet.bind(first)
+            kubelet.start(first)
+            kubelet.finish(first, 137, "OOMKilled")
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.FAILED))
+    notices = [reason for kind, reason in await events(kube_ctx, job_id) if kind == "cluster"]
+    assert notices == [
+        "learner 1: cannot be scheduled yet: 0/3 nodes are available: 3 Insufficient "
+        "nvidia.com/gpu.",
+        "learner 2: its image dlaas-learner:0.1.0 cannot be pulled (ImagePullBackOff): "
+        'Back-off pulling image "dlaas-learner"',
+    ]
+    reason = (await load(kube_ctx, job_id)).reason
+    assert reason.startswith(
+        "learner 1 failed: out of memory: the learner was OOMKilled at its memory limit of "
+        "1073741824 (exit code 137 (killed by SIGKILL)); raise `memory` in the manifest"
+    ), reason
+
+
+TRAIN = """\
+import sys, time
+from learner_image.sdk import load_checkpoint, save_checkpoint
+checkpoint = load_checkpoint()
+if checkpoint is None:
+    save_checkpoint(lambda: b"41", step=41)
+    time.sleep(1.5)  # the runner uploads committed checkpoints as they appear
+    print("crashing on purpose", flush=True)
+    sys.exit(5)
+print("resumed at step", checkpoint.step, checkpoint.read("state.bin").decode(), flush=True)
+"""
+
+
+def model_zip(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path
+) -> None:
+    job_id = await make_job(
+        kube_ctx,
+        "python train.py",
+        checkpoint={"interval_s": 1, "keep": 2},
+        restart_policy={"max_restarts": 2, "backoff_s": 0.1},
+    )
+    kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
+    with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
+        async with pod_watcher(kube_ctx):
+            await operations.deploy_job(kube_ctx, job_id)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED), timeout=40)
+    job = await load(kube_ctx, job_id)
+    assert (job.attempt, job.restarts) == (2, 1)
+    log = kube_ctx.objects.get_bytes(f"jobs/{job_id}/logs/learner-1.log").decode()
+    assert "crashing on purpose" in log
+    assert "resumed at step 41 41" in log
+    # The failed attempt's pod was deleted and replaced by the next attempt's.
+    created = [
+        reason for kind, reason in await events(kube_ctx, job_id) if kind == "learners_created"
+    ]
+    assert created == [
+        f"created 1 learner: dlaas-{job_id}-learner-1-a1",
+        f"created 1 learner: dlaas-{job_id}-learner-1-a2",
+    ]
+
+
+async def test_delete_removes_every_object_the_job_created(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=3)
+    other = await make_job(kube_ctx, "python train.py", learners=2)
+    await operations.deploy_job(kube_ctx, job_id)
+    await operations.deploy_job(kube_ctx, other)
+    outcome = await operations.delete_job(kube_ctx, job_id)
+    assert outcome.message == "deleted"
+    remaining = [
+        obj["metadata"]["labels"]["dlaas.io/job"]
+        for plural in ("pods", "services", "secrets")
+        for obj in emulator.objects(plural, namespace)
+    ]
+    assert sorted(remaining) == [other] * 4  # 2 pods, its Service and its Secret
+
+
+async def test_api_errors_and_timeouts_mid_deploy_are_retried_without_duplicates(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=4)
+    name = f"dlaas-{job_id}-learner-{{}}-a1".format
+
+    async def too_slow(_request: object) -> dict[str, str]:
+        await asyncio.sleep(2.5)  # past the client's 2 s timeout; the pod is stored already
+        return {}
+
+    # Learner 2's pod is refused (503) on every try of the first deploy, before it is
+    # stored; learner 3's first try times out after it was stored.
+    emulator.refuse(name(2), 503, times=3)
+    slow = {"metadata": {"name": name(3)}}
+    emulator.call(
+        lambda: emulator.emulator[f"post /api/v1/namespaces/{namespace}/pods", slow][:1] << too_slow
+    )
+    first = await operations.deploy_job(kube_ctx, job_id)
+    assert first.retry_after is not None
+    assert "HTTP 503" in first.message
+    assert [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)] == [
+        name(1),
+        name(3),
+        name(4),
+    ]
+    second = await operations.deploy_job(kube_ctx, job_id)
+    assert second.message == "attempt 1: 1 of 4 learners created"
+    names = [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)]
+    assert names == [name(n) for n in (1, 2, 3, 4)]
+    assert len(emulator.objects("secrets", namespace)) == 1
+    assert len(emulator.objects("services", namespace)) == 1
+
+
+async def test_one_passing_error_is_retried_within_the_call(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2)
+    emulator.call(
+        lambda: emulator.emulator[f"post /api/v1/namespaces/{namespace}/pods"][0:1] << 503
+    )
+    outcome = await operations.deploy_job(kube_ctx, job_id)
+    # The 503 came after the pod was stored; its retry found it: still one pod, made here.
+    assert outcome.message == "attempt 1: 2 of 2 learners created"
+    assert len(pods_of(emulator, namespace, job_id)) == 2
+
+
+async def test_a_gang_the_nodes_cannot_hold_waits_without_creating_anything(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    core = core_api(emulator.url)
+    core.delete_node("node-1")
+    for name in ("gpu-a", "gpu-b"):
+        core.create_node(node(name, {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
+    job_id = await make_job(kube_ctx, "python train.py", learners=3, gpus=2, cpus=4)
+    outcome = await operations.deploy_job(kube_ctx, job_id)
+    assert outcome.retry_after is not None
+    job = await load(kube_ctx, job_id)
+    assert "the cluster cannot hold all 3 learners at once (room for 2)" in job.reason
+    assert not pods_of(emulator, namespace, job_id)
+    assert not emulator.objects("secrets", namespace)
+    core.create_node(node("gpu-c", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
+    outcome = await operations.deploy_job(kube_ctx, job_id)
+    assert outcome.message == "attempt 1: 3 of 3 learners created"
+
+
+async def test_the_watch_lists_again_when_its_resource_version_expires(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2)
+    await operations.deploy_job(kube_ctx, job_id)
+    first, second = [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)]
+    with Kubelet(emulator.url, namespace, hold=True) as kubelet:
+        async with pod_watcher(kube_ctx) as watcher:
+            kubelet.bind(first)
+            kubelet.start(first)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.DOWNLOADING))
+            assert watcher.lists == 1
+            emulator.expire_watches()
+            kubelet.start(second)  # the change that reveals the expiry to the open watch
+
+            async def listed_again() -> bool:
+                return watcher.lists >= 2
+
+            await follow(kube_ctx, listed_again, what="a second list")
+            kubelet.finish(first, 0)
+            kubelet.finish(second, 0)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED))
