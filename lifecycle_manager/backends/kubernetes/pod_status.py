@@ -175,7 +175,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
     phase = LearnerPhase(raw_phase) if raw_phase in LearnerPhase._value2member_map_ else None
     if phase is None:  # "Unknown": the node stopped reporting
         phase = LearnerPhase.PENDING
-    started = bool(state.get("running") or terminated)
+    started = "running" in state or "terminated" in state
     exit_code: int | None = None
     reason = ""
     if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):

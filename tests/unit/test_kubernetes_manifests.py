@@ -1,0 +1,124 @@
+"""The objects the kubernetes backend creates: valid for Kubernetes 1.30 and 1.37 (strict),
+and saying what the job asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from lifecycle_manager.backends.base import LearnerSpec, Resources
+from lifecycle_manager.backends.kubernetes.manifests import (
+    PodOptions,
+    check_name,
+    pod_manifest,
+    secret_manifest,
+    service_manifest,
+)
+
+VERSIONS = ("1.30.0", "1.37.0")
+OWNER = {"apiVersion": "v1", "kind": "Secret", "name": "dlaas-training-abc", "uid": "0c3e"}
+FULL_OPTIONS = PodOptions(
+    namespace="team-a",
+    image="registry.example/dlaas-learner:0.1.0",
+    gpu_image="registry.example/dlaas-learner:0.1.0-cuda",
+    pull_policy="Always",
+    node_selector={"dlaas.io/pool": "gpu"},
+    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    stop_grace_s=45,
+)
+ENV = {
+    "TRAINING_ID": "training-abc",
+    "DLAAS_S3_ACCESS_KEY": "key-id",
+    "DLAAS_S3_SECRET_KEY": "s3cret",
+    "DLAAS_REDIS_URL": "redis://:pw@redis:6379/0",
+}
+
+
+def spec(learner: int = 1, num: int = 2, gpus: int = 1, **env: str) -> LearnerSpec:
+    return LearnerSpec(
+        job_id="training-abc",
+        learner=learner,
+        attempt=3,
+        num_learners=num,
+        command=["dlaas-learner", "--job", "training-abc", "--", "python train.py"],
+        env={**ENV, **env},
+        resources=Resources(cpus=1.5, memory_bytes=3 * 2**30, gpus=gpus),
+    )
+
+
+def objects() -> dict[str, dict[str, Any]]:
+    """Every distinct object the backend makes: each shape once."""
+    return {
+        "pod with GPU, sidecar, selector, tolerations": pod_manifest(
+            spec(DLAAS_PS_MODE="bounded", DLAAS_PS_STALENESS="4"), FULL_OPTIONS, OWNER
+        ),
+        "pod of a 1-learner CPU job, defaults": pod_manifest(
+            LearnerSpec("training-abc", 1, 1, 1, ["dlaas-learner"]), PodOptions()
+        ),
+        "headless service": service_manifest("training-abc", "team-a", OWNER),
+        "secret": secret_manifest("training-abc", "team-a", {"DLAAS_S3_SECRET_KEY": "s3cret"}),
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_validates_strictly(version: str) -> None:
+    for name, obj in objects().items():
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            raise AssertionError(f"{name} is invalid for {version}: {error}") from error
+
+
+def test_enums_and_names_schema_validation_does_not_check() -> None:
+    for obj in objects().values():
+        check_name(obj["metadata"]["name"])
+        spec_ = obj.get("spec") or {}
+        assert spec_.get("restartPolicy", "Never") in ("Always", "OnFailure", "Never")
+        for container in [*spec_.get("containers", []), *spec_.get("initContainers", [])]:
+            assert container["imagePullPolicy"] in ("Always", "IfNotPresent", "Never")
+            check_name(container["name"], label=True)
+        for volume in spec_.get("volumes", []):
+            check_name(volume["name"], label=True)
+    with pytest.raises(ValueError, match="DNS-1123"):
+        check_name("Dlaas_Job")
+
+
+def test_credentials_never_appear_in_the_pod() -> None:
+    pod = pod_manifest(spec(), FULL_OPTIONS, OWNER)
+    text = repr(pod)
+    for secret in ("key-id", "s3cret", "redis://:pw@"):
+        assert secret not in text
+    env = {item["name"]: item for item in pod["spec"]["containers"][0]["env"]}
+    assert env["DLAAS_REDIS_URL"] == {
+        "name": "DLAAS_REDIS_URL",
+        "valueFrom": {"secretKeyRef": {"name": "dlaas-training-abc", "key": "DLAAS_REDIS_URL"}},
+    }
+    assert env["TRAINING_ID"]["value"] == "training-abc"
+
+
+def test_placement_and_images_come_from_the_options() -> None:
+    gpu_pod = pod_manifest(spec(gpus=1), FULL_OPTIONS, OWNER)
+    cpu_pod = pod_manifest(spec(gpus=0), FULL_OPTIONS, OWNER)
+    assert gpu_pod["spec"]["containers"][0]["image"].endswith("-cuda")
+    assert cpu_pod["spec"]["containers"][0]["image"] == "registry.example/dlaas-learner:0.1.0"
+    assert gpu_pod["spec"]["nodeSelector"] == {"dlaas.io/pool": "gpu"}
+    assert gpu_pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert gpu_pod["spec"]["terminationGracePeriodSeconds"] == 45
+    assert "nvidia.com/gpu" not in cpu_pod["spec"]["containers"][0]["resources"]["requests"]
+
+
+def test_the_sidecar_only_with_a_parameter_server() -> None:
+    assert "initContainers" not in pod_manifest(spec(), FULL_OPTIONS, OWNER)["spec"]
+    with_ps = pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER)
+    [sidecar] = with_ps["spec"]["initContainers"]
+    assert sidecar["command"][:2] == ["dlaas-ps", "--job"]
+    assert sidecar["restartPolicy"] == "Always"
+
+
+def test_a_single_learner_needs_no_service_name() -> None:
+    pod = pod_manifest(spec(num=1), FULL_OPTIONS, OWNER)
+    assert "subdomain" not in pod["spec"]
+    env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == "127.0.0.1"
