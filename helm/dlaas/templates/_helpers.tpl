@@ -1,0 +1,123 @@
+{{/* Names: <release>-dlaas unless the release name already says dlaas. */}}
+{{- define "dlaas.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dlaas.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "api") */}}
+{{- define "dlaas.selectorLabels" -}}
+app.kubernetes.io/name: {{ .ctx.Chart.Name }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "dlaas.componentLabels" -}}
+{{ include "dlaas.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* An image reference: (dict "ctx" $ "image" .Values.images.api) */}}
+{{- define "dlaas.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{- define "dlaas.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "dlaas.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dlaas.secretName" -}}
+{{- default (include "dlaas.fullname" .) .Values.existingSecret -}}
+{{- end -}}
+
+{{- define "dlaas.learnersNamespace" -}}
+{{- default .Release.Namespace .Values.learners.namespace -}}
+{{- end -}}
+
+{{/* What every control-plane container reads: the ConfigMap, the Secret, its pod's name. */}}
+{{- define "dlaas.env" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "dlaas.fullname" . }}
+  - secretRef:
+      name: {{ include "dlaas.secretName" . }}
+env:
+  - name: POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+{{- end -}}
+
+{{/* The pod-level parts every control-plane pod shares. */}}
+{{- define "dlaas.podSpec" -}}
+serviceAccountName: {{ include "dlaas.serviceAccountName" . }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumes:
+  - name: tmp
+    emptyDir: {}
+{{- end -}}
+
+{{- define "dlaas.volumeMounts" -}}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+{{- end -}}
+
+{{- define "dlaas.postgresqlName" -}}{{ include "dlaas.fullname" . }}-postgresql{{- end -}}
+{{- define "dlaas.redisName" -}}{{ include "dlaas.fullname" . }}-redis{{- end -}}
+{{- define "dlaas.s3Name" -}}{{ include "dlaas.fullname" . }}-s3{{- end -}}
+
+{{- define "dlaas.databaseUrl" -}}
+{{- if .Values.postgresql.enabled -}}
+{{- printf "postgresql+asyncpg://%s:%s@%s:5432/%s" .Values.postgresql.user .Values.postgresql.password (include "dlaas.postgresqlName" .) .Values.postgresql.database -}}
+{{- else -}}
+{{- required "postgresql.externalUrl is required when postgresql.enabled is false" .Values.postgresql.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dlaas.redisUrl" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://%s:6379/0" (include "dlaas.redisName" .) -}}
+{{- else -}}
+{{- required "redis.externalUrl is required when redis.enabled is false" .Values.redis.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dlaas.s3Endpoint" -}}
+{{- if .Values.s3.enabled -}}
+{{- printf "http://%s:8333" (include "dlaas.s3Name" .) -}}
+{{- else -}}
+{{- required "s3.endpoint is required when s3.enabled is false" .Values.s3.endpoint -}}
+{{- end -}}
+{{- end -}}

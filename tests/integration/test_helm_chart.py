@@ -1,0 +1,195 @@
+"""The Helm chart: lint-clean, and everything it renders, with the default and with full
+values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are dlaas's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from storage.settings import Settings
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "dlaas"
+VERSIONS = ("1.30.0", "1.37.0")
+RELEASE = "dlaas"
+NAMESPACE = "dlaas-system"
+
+FULL_VALUES: dict[str, Any] = {
+    "images": {"pullPolicy": "Always", "pullSecrets": [{"name": "regcred"}]},
+    "api": {
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "host": "dlaas.example.com",
+            "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "256m"},
+            "tls": [{"secretName": "dlaas-tls", "hosts": ["dlaas.example.com"]}],
+        },
+        "service": {"type": "LoadBalancer"},
+    },
+    "learners": {
+        "namespace": "dlaas-learners",
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "extraEnv": {"DLAAS_MAX_ARCHIVE_BYTES": "536870912"},
+    "serviceAccount": {"annotations": {"iam.example.com/role": "dlaas"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "dlaas"}],
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "pool", "operator": "In", "values": ["control"]}
+                        ]
+                    },
+                }
+            ]
+        }
+    },
+}
+EXTERNAL_VALUES: dict[str, Any] = {
+    "existingSecret": "dlaas-credentials",
+    "postgresql": {"enabled": False, "externalUrl": "postgresql+asyncpg://u:p@db:5432/dlaas"},
+    "redis": {"enabled": False, "externalUrl": "redis://redis:6379/0"},
+    "s3": {"enabled": False, "endpoint": "https://s3.example.com"},
+    "api": {"autoscaling": {"enabled": False}, "replicas": 2},
+    "worker": {"autoscaling": {"enabled": False}, "replicas": 3},
+    "learners": {"gangAdmission": False},
+}
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    home = tmp_path_factory.mktemp("helm-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("HELM_CACHE_HOME", str(home / "cache"))
+        patch.setenv("HELM_CONFIG_HOME", str(home / "config"))
+        patch.setenv("HELM_DATA_HOME", str(home / "data"))
+        import helm_python
+
+        yield helm_python
+
+
+def render(helm: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.chart.Chart.load(str(CHART))
+    rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    objects = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith(".txt"):
+            continue
+        objects += [obj for obj in yaml.safe_load_all(text) if obj]
+    return objects
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Any) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "default": render(helm, {}),
+        "full": render(helm, FULL_VALUES),
+        "external": render(helm, EXTERNAL_VALUES),
+    }
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
+
+
+@pytest.mark.parametrize(
+    "values", [{}, FULL_VALUES, EXTERNAL_VALUES], ids=["default", "full", "external"]
+)
+def test_lint_is_clean(helm: Any, values: dict[str, Any]) -> None:
+    report = helm.chart.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert report["messages"] == []
+
+
+def test_every_distinct_object_validates_strictly(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    seen: set[str] = set()
+    failures = []
+    for objects in rendered.values():
+        for obj in objects:
+            digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+            if digest in seen:
+                continue  # the same object in another rendering: validated once
+            seen.add(digest)
+            for version in VERSIONS:
+                try:
+                    kubernetes_validate.validate(obj, version, strict=True)
+                except kubernetes_validate.ValidationError as error:
+                    failures.append(f"{obj['kind']} {obj['metadata']['name']} ({version}): {error}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_default_release_has_every_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    names = set(by_kind(rendered["default"]))
+    for component in ("api", "worker", "beat", "monitor", "pod-watcher", "redis"):
+        assert ("Deployment", f"{RELEASE}-{component}") in names
+    for component in ("postgresql", "s3"):
+        assert ("StatefulSet", f"{RELEASE}-{component}") in names
+    assert ("HorizontalPodAutoscaler", f"{RELEASE}-api") in names
+    assert ("HorizontalPodAutoscaler", f"{RELEASE}-worker") in names
+    assert ("Ingress", f"{RELEASE}-api") in set(by_kind(rendered["full"]))
+    external = set(by_kind(rendered["external"]))
+    assert not {name for kind, name in external if kind == "StatefulSet"}
+    assert ("Secret", RELEASE) not in external
+    assert ("ClusterRole", f"{RELEASE}-{NAMESPACE}-capacity") not in external
+
+
+def test_images_probes_and_security(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = by_kind(rendered["default"])
+    for component in ("api", "worker", "beat", "monitor", "pod-watcher"):
+        pod = objects[("Deployment", f"{RELEASE}-{component}")]["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        [container] = pod["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["resources"]["requests"]
+        expected = "dlaas-api:0.1.0" if component == "api" else "dlaas-lifecycle-manager:0.1.0"
+        assert container["image"] == expected
+    api = objects[("Deployment", f"{RELEASE}-api")]["spec"]["template"]["spec"]["containers"][0]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_the_role_allows_what_the_backend_does_and_no_more(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["full"])
+    role = objects[("Role", f"{RELEASE}-learners")]
+    assert role["metadata"]["namespace"] == "dlaas-learners"
+    rules = {tuple(rule["resources"]): set(rule["verbs"]) for rule in role["rules"]}
+    assert rules == {
+        ("pods",): {"create", "delete", "get", "list", "watch"},
+        ("services",): {"create", "delete", "get"},
+        ("secrets",): {"create", "delete", "get", "patch"},
+    }
+    capacity = objects[("ClusterRole", f"{RELEASE}-{NAMESPACE}-capacity")]
+    assert capacity["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}
+    ]
+
+
+def test_the_config_map_is_settings_dlaas_reads(
+    rendered: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = by_kind(rendered["full"])[("ConfigMap", RELEASE)]["data"]
+    for key, value in data.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.cluster_backend == "kubernetes"
+    assert settings.kube_namespace == "dlaas-learners"
+    assert settings.kube_node_selector == {"nvidia.com/gpu.present": "true"}
+    assert settings.kube_tolerations[0]["key"] == "nvidia.com/gpu"
+    assert settings.kube_learner_gpu_image == "dlaas-learner:0.1.0-cuda"
+    assert settings.s3_endpoint_url == f"http://{RELEASE}-s3:8333"
+    assert settings.max_archive_bytes == 536870912
