@@ -2,7 +2,8 @@
 
 Every service is a child process in its own session, with its log under
 `$DLAAS_HOME/logs/`; `$DLAAS_HOME/platform.json` records them so `dlaas down` (from any
-shell) stops exactly what `dlaas up` started.
+shell) stops exactly what `dlaas up` started. `stop_service` and `start_service` stop (or
+crash) one of them and start it again as `dlaas up` did, as a supervisor would after a crash.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -157,6 +159,72 @@ def read_token(home: Path) -> str:
     return "dlaas_" + secrets.token_urlsafe(32)
 
 
+SERVICES = ("redis", "agent", "api", "worker", "monitor")
+
+
+def _port(url: str) -> int:
+    port = urlsplit(url).port
+    if port is None:
+        raise PlatformError(f"{url} names no port")
+    return port
+
+
+def service_command(
+    platform: Platform, name: str, *, token: str, environ: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment service `name` of `platform` runs with; `token` is
+    the admin token the API makes sure of, `environ` the environment the services inherit."""
+    home = Path(platform.home)
+    python = sys.executable
+    env = {
+        **environ,
+        "DLAAS_HOME": platform.home,
+        "DLAAS_REDIS_URL": platform.redis_url,
+        "DLAAS_AGENT_URL": platform.agent_url,
+    }
+    if name == "redis":
+        argv = [
+            redis_server_binary(),
+            "--bind", "127.0.0.1",
+            "--port", str(_port(platform.redis_url)),
+            "--dir", str(home / "redis"),
+            "--save", "60 1",
+            "--appendonly", "yes",
+        ]  # fmt: skip
+    elif name == "agent":
+        argv = [
+            python, "-m", "lifecycle_manager.node_agent",
+            "--port", str(_port(platform.agent_url)),
+            "--root", str(home / "agent"),
+        ]  # fmt: skip
+    elif name == "api":
+        argv = [python, "-m", "api", "--port", str(_port(platform.url))]
+        env["DLAAS_ADMIN_TOKEN"] = token
+    elif name == "worker":
+        argv = [python, "-m", "lifecycle_manager.worker"]
+    elif name == "monitor":
+        argv = [python, "-m", "lifecycle_manager.monitor"]
+    else:
+        raise PlatformError(
+            f"no service {name!r}: the embedded platform runs {', '.join(SERVICES)}"
+        )
+    return argv, env
+
+
+def _wait_ready(platform: Platform, name: str) -> None:
+    """Wait until a service that answers requests does (the worker and monitor do not)."""
+    log = Path(platform.home) / "logs" / f"{name}.log"
+    if name == "redis":
+        port = _port(platform.redis_url)
+        _wait_until("Redis", lambda: _redis_ok(port), 15, log)
+    elif name == "agent":
+        agent = platform.agent_url + "/healthz"
+        _wait_until("the node agent", lambda: _http_ok(agent), 30, log)
+    elif name == "api":
+        api = platform.url + "/healthz"
+        _wait_until("the API", lambda: _http_ok(api), 60, log)
+
+
 def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None]) -> Platform:
     """Start every service of the embedded platform and wait until it answers."""
     home.mkdir(parents=True, exist_ok=True)
@@ -167,72 +235,91 @@ def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None
         stop(home)
     logs = home / "logs"
     logs.mkdir(exist_ok=True)
-    python = sys.executable
-    env = dict(os.environ)
-    env["DLAAS_HOME"] = str(home)
-    pids: dict[str, int] = {}
-    redis_url = os.environ.get("DLAAS_REDIS_URL", "")
-    if not redis_url:
-        redis_port = _pick_port(6479)
-        on_step(f"starting Redis on 127.0.0.1:{redis_port}")
-        redis_dir = home / "redis"
-        redis_dir.mkdir(exist_ok=True)
-        pids["redis"] = _spawn(
-            "redis",
-            [
-                redis_server_binary(),
-                "--bind", "127.0.0.1",
-                "--port", str(redis_port),
-                "--dir", str(redis_dir),
-                "--save", "60 1",
-                "--appendonly", "yes",
-            ],
-            env,
-            logs,
-        )  # fmt: skip
-        _wait_until("Redis", lambda: _redis_ok(redis_port), 15, logs / "redis.log")
-        redis_url = f"redis://127.0.0.1:{redis_port}/0"
-    env["DLAAS_REDIS_URL"] = redis_url
-    agent_port = _pick_port(AGENT_PORT)
-    agent_url = f"http://127.0.0.1:{agent_port}"
-    env["DLAAS_AGENT_URL"] = agent_url
-    api_port = _pick_port(api_port)
-    url = f"http://127.0.0.1:{api_port}"
+    environ = dict(os.environ)
     token = read_token(home)
+    external_redis = os.environ.get("DLAAS_REDIS_URL", "")
     platform = Platform(
-        home=str(home), url=url, agent_url=agent_url, redis_url=redis_url, pids=pids
+        home=str(home),
+        url=f"http://127.0.0.1:{_pick_port(api_port)}",
+        agent_url=f"http://127.0.0.1:{_pick_port(AGENT_PORT)}",
+        redis_url=external_redis or f"redis://127.0.0.1:{_pick_port(6479)}/0",
     )
+
+    def spawn(name: str) -> None:
+        argv, env = service_command(platform, name, token=token, environ=environ)
+        platform.pids[name] = _spawn(name, argv, env, logs)
+
+    if not external_redis:
+        (home / "redis").mkdir(exist_ok=True)
+        on_step(f"starting Redis on 127.0.0.1:{_port(platform.redis_url)}")
+        spawn("redis")
+        _wait_ready(platform, "redis")
     try:
         on_step("starting the node agent")
-        pids["agent"] = _spawn(
-            "agent",
-            [python, "-m", "lifecycle_manager.node_agent", "--port", str(agent_port),
-             "--root", str(home / "agent")],
-            env,
-            logs,
-        )  # fmt: skip
+        spawn("agent")
         on_step("starting the API")
-        pids["api"] = _spawn(
-            "api",
-            [python, "-m", "api", "--port", str(api_port)],
-            {**env, "DLAAS_ADMIN_TOKEN": token},
-            logs,
-        )
+        spawn("api")
         on_step("starting the lifecycle manager")
-        pids["worker"] = _spawn("worker", [python, "-m", "lifecycle_manager.worker"], env, logs)
-        pids["monitor"] = _spawn("monitor", [python, "-m", "lifecycle_manager.monitor"], env, logs)
+        spawn("worker")
+        spawn("monitor")
         platform.save()
-        _wait_until(
-            "the node agent", lambda: _http_ok(agent_url + "/healthz"), 30, logs / "agent.log"
-        )
-        _wait_until("the API", lambda: _http_ok(url + "/healthz"), 60, logs / "api.log")
+        _wait_ready(platform, "agent")
+        _wait_ready(platform, "api")
     except BaseException:
         platform.save()
         stop(home)
         raise
-    (home / "client.json").write_text(json.dumps({"url": url, "token": token}))
+    (home / "client.json").write_text(json.dumps({"url": platform.url, "token": token}))
     (home / "client.json").chmod(0o600)
     return platform
+
+
+def _running(home: Path) -> Platform:
+    platform = Platform.load(home)
+    if platform is None:
+        raise PlatformError(f"no embedded platform runs from {home}: start it with `dlaas up`")
+    return platform
+
+
+def stop_service(home: Path, name: str, *, kill: bool = False, grace_s: float = 10.0) -> None:
+    """Stop one service of the running platform: SIGTERM and SIGKILL after `grace_s`, or
+    with `kill` SIGKILL at once, as a crash would. Its record stays, for `start_service`."""
+    platform = _running(home)
+    if name not in platform.pids:
+        raise PlatformError(f"the platform runs no {name!r}; it runs {', '.join(platform.pids)}")
+    pid = platform.pids[name]
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    else:
+        _terminate(pid, grace_s)
+    deadline = time.monotonic() + grace_s
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def start_service(home: Path, name: str, *, environ: Mapping[str, str] | None = None) -> int:
+    """Start one service of the running platform again, with the command line, addresses and
+    log `start` gave it (environment: `environ`, default this process's), and wait until it
+    answers; records and returns its pid."""
+    platform = _running(home)
+    if name in platform.alive():
+        raise PlatformError(f"{name} runs already (pid {platform.pids[name]})")
+    argv, env = service_command(
+        platform, name, token=read_token(home), environ=os.environ if environ is None else environ
+    )
+    platform.pids[name] = _spawn(name, argv, env, home / "logs")
+    platform.save()
+    _wait_ready(platform, name)
+    return platform.pids[name]
+
+
+def restart_service(
+    home: Path, name: str, *, kill: bool = False, environ: Mapping[str, str] | None = None
+) -> int:
+    """`stop_service` then `start_service`; returns the new pid."""
+    stop_service(home, name, kill=kill)
+    return start_service(home, name, environ=environ)
 
 
 def stop_learners(agent_url: str, *, wait_s: float = 30.0) -> list[str]:

@@ -1,0 +1,73 @@
+"""The embedded platform's services: the command each runs with, and one restarted alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli import embedded
+from tests.services import free_port
+
+
+def _record(home: Path) -> embedded.Platform:
+    return embedded.Platform(
+        home=str(home),
+        url="http://127.0.0.1:18470",
+        agent_url="http://127.0.0.1:18471",
+        redis_url="redis://127.0.0.1:16479/0",
+        pids={"api": 2**22 + 1},
+    )
+
+
+def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
+    record = _record(tmp_path)
+    environ = {"PATH": "/usr/bin", "DLAAS_HOME": "/elsewhere"}
+    argv, env = embedded.service_command(record, "api", token="t0ken", environ=environ)
+    assert argv == [sys.executable, "-m", "api", "--port", "18470"]
+    assert env["DLAAS_ADMIN_TOKEN"] == "t0ken"
+    assert (env["DLAAS_HOME"], env["PATH"]) == (str(tmp_path), "/usr/bin")
+    assert env["DLAAS_REDIS_URL"] == record.redis_url
+    assert env["DLAAS_AGENT_URL"] == record.agent_url
+    agent, _ = embedded.service_command(record, "agent", token="t", environ={})
+    assert agent[-4:] == ["--port", "18471", "--root", str(tmp_path / "agent")]
+    redis, redis_env = embedded.service_command(record, "redis", token="t", environ={})
+    assert redis[redis.index("--port") + 1] == "16479"
+    assert redis[redis.index("--dir") + 1] == str(tmp_path / "redis")
+    assert "DLAAS_ADMIN_TOKEN" not in redis_env
+    for name in ("worker", "monitor"):
+        command, _ = embedded.service_command(record, name, token="t", environ={})
+        assert command[-1] == f"lifecycle_manager.{name}"
+
+
+def test_an_unknown_service_or_platform_is_named_in_the_error(tmp_path: Path) -> None:
+    with pytest.raises(embedded.PlatformError, match="no service 'postgres'"):
+        embedded.service_command(_record(tmp_path), "postgres", token="t", environ={})
+    with pytest.raises(embedded.PlatformError, match="dlaas up"):
+        embedded.start_service(tmp_path, "api")
+    _record(tmp_path).save()
+    with pytest.raises(embedded.PlatformError, match="runs no 'worker'"):
+        embedded.stop_service(tmp_path, "worker")
+
+
+def test_a_crashed_service_starts_again_as_before_with_its_new_pid_on_record(
+    tmp_path: Path,
+) -> None:
+    record = _record(tmp_path)
+    record.redis_url = f"redis://127.0.0.1:{free_port()}/0"
+    record.pids = {}
+    record.save()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "redis").mkdir()
+    first = embedded.start_service(tmp_path, "redis", environ={})  # waits until it answers
+    try:
+        with pytest.raises(embedded.PlatformError, match="runs already"):
+            embedded.start_service(tmp_path, "redis")
+        second = embedded.restart_service(tmp_path, "redis", kill=True)
+        assert second != first
+        restarted = embedded.Platform.load(tmp_path)
+        assert restarted is not None and restarted.alive() == {"redis": second}
+        assert restarted.redis_url == record.redis_url
+    finally:
+        embedded.stop(tmp_path)
