@@ -8,9 +8,11 @@ Command line (every flag falls back to the environment the backend sets anyway):
   `--attempt` (env `DLAAS_ATTEMPT`, default 0).
 - The user's command: the words after `--`; a single word is a shell script run as is
   (`-- "python train.py --lr 0.1"`), several words are quoted and joined. Without `--`, env
-  `DLAAS_COMMAND`. It runs as `/bin/sh -c COMMAND` in MODEL_DIR, in a session and process
-  group of its own (so stops reach everything it started), and the kernel SIGKILLs it if the
-  runner dies first (Linux). Processes it leaves behind after it exits are killed.
+  `DLAAS_COMMAND`. It runs as `/bin/sh -c COMMAND` in MODEL_DIR, in a process group of its
+  own (so stops reach everything it started) within the runner's session (so whoever ends
+  the runner's session, as the node agent does when a learner ends, ends the command too),
+  and the kernel SIGKILLs the shell if the runner dies first (Linux). Processes it leaves
+  behind after it exits are killed.
 
 Environment read (besides the storage settings `DLAAS_*` of `storage.settings.Settings`):
 `MODEL_DIR`, `DATA_DIR`, `RESULT_DIR`, `LOG_DIR`, `CHECKPOINT_DIR` (default `model`, `data`,
@@ -259,7 +261,7 @@ class Runner:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            process_group=0,
             preexec_fn=die_with_parent(),
         )
         if self.stop_signal is not None:

@@ -1,8 +1,8 @@
 """The node agent's learner table: start, reap, stop and remember learner processes.
 
-Each learner is the runner started in a process group of its own, in its own working
-directory. A thread per learner waits for it and reports its exit at once through
-`on_exit`. The table is kept on disk, so an agent started again re-adopts the processes
+Each learner is the runner started in a session of its own, in its own working directory;
+whatever it starts stays in that session, so a learner that ends takes all of it along.
+A thread per learner waits for it and reports its exit at once through `on_exit`. The table is kept on disk, so an agent started again re-adopts the processes
 that are still alive (the same pid with the same start time) and marks the others failed.
 
 ```
@@ -118,12 +118,25 @@ def group_is_running(pgid: int) -> bool:
     return False
 
 
-def _kill_group(pgid: int, timeout: float = 2.0) -> None:
-    """SIGKILL what is left of a process group and wait, briefly, until none of it runs."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+def _session_groups(sid: int) -> set[int]:
+    """The process groups of a session that still have a running process."""
+    groups = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None and fields[3] == str(sid) and fields[0] != "Z":
+                groups.add(int(fields[2]))
+    return groups
+
+
+def _kill_session(sid: int, timeout: float = 2.0) -> None:
+    """SIGKILL what is left of a learner's session (the runner's process group, and the
+    group the runner started its command in) and wait, briefly, until none of it runs."""
     deadline = time.monotonic() + timeout
-    while group_is_running(pgid) and time.monotonic() < deadline:
+    while (groups := _session_groups(sid)) and time.monotonic() < deadline:
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
         time.sleep(0.01)
 
 
@@ -334,8 +347,9 @@ class LearnerTable:
         self, record: LearnerRecord, code: int | None, signame: str | None, reason: str = ""
     ) -> None:
         if record.pid is not None:
-            # Like a container, a learner ends with its main process: stragglers go too.
-            _kill_group(record.pid)
+            # Like a container, a learner ends with its main process: everything it started
+            # goes too, the training program included (the runner is its session's leader).
+            _kill_session(record.pid)
         with self._lock:
             self._finish(record, code, signame, reason)
             if record.deleting:

@@ -214,6 +214,41 @@ def test_delete_kills_after_the_grace_what_ignores_sigterm(
     assert event.fields["reason"] == "killed by SIGKILL (deleted)"
 
 
+def test_a_learner_that_dies_takes_the_other_groups_of_its_session_along(agent: Agent) -> None:
+    # As a runner does: the command in a process group of its own, under a shell.
+    spawn = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen(['/bin/sh', '-c', 'sleep 60'], process_group=0); "
+        "time.sleep(60)"
+    )
+    job = new_job()
+    pid = put(agent, job, 1, [PY, "-c", spawn]).json()["pid"]
+    deadline = time.monotonic() + 10
+    while not (sleepers := _sleepers_of_session(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleepers, "the learner's command did not start"
+    assert {os.getpgid(sleeper) for sleeper in sleepers} != {pid}
+    os.kill(pid, signal.SIGKILL)  # the runner dies outright; its command must not outlive it
+    deadline = time.monotonic() + 10
+    while _sleepers_of_session(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _sleepers_of_session(pid)
+
+
+def _sleepers_of_session(sid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if "(sleep)" in stat and fields[3] == str(sid) and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
 def test_a_restarted_agent_re_adopts_live_learners(
     agent: Agent, redis_url: str, redis_client: redis.Redis
 ) -> None:
