@@ -99,10 +99,15 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     assert "very-secret-key" not in json.dumps(pod)
     [ps] = spec["initContainers"]
     assert ps["restartPolicy"] == "Always"
+    domain = f"{root}.{namespace}.svc"
     assert ps["command"] == [
         "dlaas-ps", "--job", job_id, "--region", "/dev/shm/dlaas-ps",
-        "--mode", "bounded", "--staleness", "4",
+        "--mode", "bounded", "--staleness", "4", "--rank", "1", "--world", "2",
+        "--listen", "0.0.0.0:7070",
+        "--peers", f"learner-1.{domain}:7070,learner-2.{domain}:7070",
     ]  # fmt: skip
+    assert env["DLAAS_PS_DIR"]["value"] == "/dev/shm/dlaas-ps"
+    assert ps["env"] == learner["env"]  # the sidecar reads the job's settings too
     shm = {"name": "shm", "mountPath": "/dev/shm"}
     assert shm in ps["volumeMounts"] and shm in learner["volumeMounts"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(4 * 2**30)}} in spec[

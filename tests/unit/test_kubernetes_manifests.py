@@ -122,3 +122,15 @@ def test_a_single_learner_needs_no_service_name() -> None:
     assert "subdomain" not in pod["spec"]
     env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
     assert env["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_the_sidecar_command_is_one_dlaas_ps_accepts() -> None:
+    from learner_image.ps.server_config import parse_config
+
+    pod = pod_manifest(spec(DLAAS_PS_MODE="bounded", DLAAS_PS_STALENESS="4"), FULL_OPTIONS, OWNER)
+    [sidecar] = pod["spec"]["initContainers"]
+    env = {item["name"]: item.get("value", "") for item in sidecar["env"]}
+    config = parse_config(sidecar["command"][1:], env)
+    assert (config.rank, config.world, config.staleness) == (0, 2, 4)
+    assert config.peers[1] == "learner-2.dlaas-training-abc.team-a.svc:7070"
+    assert str(config.directory) == "/dev/shm/dlaas-ps"

@@ -8,7 +8,8 @@ the pods, so deleting it lets the garbage collector delete the rest.
  Secret dlaas-<job>  (root: credentials)
    |-- Service dlaas-<job>   headless; DNS learner-<n>.dlaas-<job>.<ns>.svc (jobs of 2+)
    |-- Pod dlaas-<job>-learner-<n>-a<attempt>     one per learner
-         initContainers: ps     (native sidecar: restartPolicy Always; with parameter_server)
+         initContainers: ps     (native sidecar: restartPolicy Always; with parameter_server;
+                                 peers at learner-<n>.dlaas-<job>.<ns>.svc:7070)
          containers:     learner (dlaas-learner -- COMMAND)
          volumes: shm (emptyDir, Memory) at /dev/shm; work (emptyDir) at /job
 ```
@@ -50,10 +51,12 @@ DIRS = {
 # Settings a learner needs that are secrets: they reach the pod through the job's Secret.
 SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_REDIS_URL", "DLAAS_DATABASE_URL")
 
-# The parameter-server sidecar's command (console script `dlaas-ps` of the learner image);
-# `ps_command` adds the job, the shared-memory region and the manifest's mode.
+# The parameter-server sidecar (console script `dlaas-ps` of the learner image, flags of
+# `learner_image.ps.server_config`): one per learner pod, its region in the pod's /dev/shm,
+# the sidecars of a job finding each other by their names under the job's Service.
 PS_COMMAND = ("dlaas-ps",)
 PS_REGION = f"{SHM_DIR}/dlaas-ps"
+PS_PORT = 7070
 PS_MODE_ENV = "DLAAS_PS_MODE"
 PS_STALENESS_ENV = "DLAAS_PS_STALENESS"
 PS_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
@@ -172,7 +175,8 @@ def service_manifest(
             # Peers resolve each other while they start, before anything is "ready".
             "publishNotReadyAddresses": True,
             "ports": [
-                {"name": "dist", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}
+                {"name": "dist", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"},
+                {"name": "ps", "port": PS_PORT, "targetPort": PS_PORT, "protocol": "TCP"},
             ],
         },
     }
@@ -212,6 +216,8 @@ def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]
     else:
         plain["MASTER_ADDR"] = "127.0.0.1"
     plain["MASTER_PORT"] = str(MASTER_PORT)
+    if spec.env.get(PS_MODE_ENV):
+        plain["DLAAS_PS_DIR"] = PS_REGION
     plain.setdefault("DLAAS_STOP_GRACE_S", str(max(1, options.stop_grace_s // 2)))
     if spec.resources.cpus:
         plain.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.resources.cpus))))
@@ -224,7 +230,7 @@ def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]
     return env
 
 
-def ps_command(spec: LearnerSpec) -> list[str] | None:
+def ps_command(spec: LearnerSpec, namespace: str) -> list[str] | None:
     """The sidecar's command line, or None when the job has no parameter server."""
     mode = spec.env.get(PS_MODE_ENV)
     if not mode:
@@ -233,10 +239,18 @@ def ps_command(spec: LearnerSpec) -> list[str] | None:
     staleness = spec.env.get(PS_STALENESS_ENV)
     if staleness:
         argv += ["--staleness", staleness]
+    argv += ["--rank", str(spec.learner - 1), "--world", str(spec.num_learners)]
+    argv += ["--listen", f"0.0.0.0:{PS_PORT}"]
+    if spec.num_learners > 1:
+        domain = f"{root_name(spec.job_id)}.{namespace}.svc"
+        peers = [f"{hostname(n)}.{domain}:{PS_PORT}" for n in range(1, spec.num_learners + 1)]
+        argv += ["--peers", ",".join(peers)]
     return argv
 
 
-def _ps_sidecar(argv: list[str], image: str, options: PodOptions) -> dict[str, Any]:
+def _ps_sidecar(
+    argv: list[str], image: str, env: list[dict[str, Any]], options: PodOptions
+) -> dict[str, Any]:
     return {
         "name": PS_CONTAINER,
         "image": image,
@@ -245,6 +259,8 @@ def _ps_sidecar(argv: list[str], image: str, options: PodOptions) -> dict[str, A
         # the pod's phase is the learner's.
         "restartPolicy": "Always",
         "command": argv,
+        "env": env,
+        "ports": [{"name": "ps", "containerPort": PS_PORT, "protocol": "TCP"}],
         "resources": {"requests": dict(PS_REQUESTS)},
         "volumeMounts": [{"name": "shm", "mountPath": SHM_DIR}],
         "securityContext": _security_context(),
@@ -265,13 +281,14 @@ def pod_manifest(
     if owner is not None:
         meta["ownerReferences"] = [dict(owner)]
     image = options.gpu_image if spec.resources.gpus and options.gpu_image else options.image
+    env = _learner_env(spec, options)
     learner: dict[str, Any] = {
         "name": LEARNER_CONTAINER,
         "image": image,
         "imagePullPolicy": options.pull_policy,
         "command": list(spec.command),
         "workingDir": WORK_DIR,
-        "env": _learner_env(spec, options),
+        "env": env,
         "resources": learner_resources(spec),
         "volumeMounts": [
             {"name": "shm", "mountPath": SHM_DIR},
@@ -300,9 +317,9 @@ def pod_manifest(
     if spec.num_learners > 1:
         pod_spec["hostname"] = hostname(spec.learner)
         pod_spec["subdomain"] = root_name(spec.job_id)
-    ps = ps_command(spec)
+    ps = ps_command(spec, options.namespace)
     if ps is not None:
-        pod_spec["initContainers"] = [_ps_sidecar(ps, image, options)]
+        pod_spec["initContainers"] = [_ps_sidecar(ps, image, env, options)]
     if options.node_selector:
         pod_spec["nodeSelector"] = dict(options.node_selector)
     if options.tolerations:
