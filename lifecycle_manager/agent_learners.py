@@ -2,8 +2,9 @@
 
 Each learner is the runner started in a session of its own, in its own working directory;
 whatever it starts stays in that session, so a learner that ends takes all of it along.
-A thread per learner waits for it and reports its exit at once through `on_exit`. The table is kept on disk, so an agent started again re-adopts the processes
-that are still alive (the same pid with the same start time) and marks the others failed.
+A thread per learner waits for it and reports its exit at once through `on_exit`. The
+table is kept on disk, so an agent started again re-adopts the processes that are still
+alive (the same pid with the same start time) and marks the others failed.
 
 ```
  PUT --> Running --(exit 0)--> Succeeded
