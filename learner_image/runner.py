@@ -33,7 +33,8 @@ to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
 `jobs/{job}/metrics/learner-{n}.jsonl`); committed checkpoints are uploaded as they appear;
 a heartbeat every 2 s -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
 `jobs/{job}/results/`, learner n > 1 to `jobs/{job}/results/learner-{n}/`), log and metrics
-uploaded -> an `exit` event -> exit.
+uploaded -> an `exit` event -> exit. A command killed by a signal (or stopped) did not
+finish: no STORING and no results, only its last checkpoint and its log are uploaded.
 
 Learner events (stream `dlaas:learner-events`, fields besides job/learner/attempt/kind):
 `status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name`;
@@ -336,13 +337,15 @@ class Runner:
         if ckpt_poll is not None:
             ckpt_poll.stop()
 
-        stopped = self.stop_signal is not None
         report = describe_exit(returncode, self.stop_signal, self.killed_after_grace)
-        if not stopped:
+        # A command stopped or killed by a signal did not finish: it has no results to store,
+        # and its exit is reported (and its learner restarted) without that delay.
+        finished = self.stop_signal is None and not report.signal
+        if finished:
             self._notify("STORING", reporter.status, "STORING")
         if uploader is not None:
             uploader.sync_once()
-        if not stopped:
+        if finished:
             self._upload_results()
         if report.exit_code != 0:
             shipper.line(f"[dlaas] {report.reason}")

@@ -304,12 +304,15 @@ def test_exit_code_of_the_command_is_reported(learner: Learner) -> None:
 
 def test_command_killed_by_a_signal(learner: Learner) -> None:
     learner.put_model({"x.txt": b""})
-    code, out = learner.run("echo before; kill -KILL $$")
+    code, out = learner.run("echo before; echo half > $RESULT_DIR/model.txt; kill -KILL $$")
     assert code == 128 + signal.SIGKILL, out
     exit_event = learner.events()[-1]
     assert exit_event["exit_code"] == "137"
     assert exit_event["signal"] == "SIGKILL"
     assert "killed by SIGKILL" in exit_event["reason"]
+    assert "STORING" not in [e.get("state") for e in learner.events()]
+    assert learner.keys("results/") == []
+    assert learner.keys("logs/") == ["logs/learner-1.log"]
 
 
 def test_sigterm_is_forwarded_to_the_command(learner: Learner) -> None:
