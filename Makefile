@@ -34,6 +34,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/api_load.py
+	$(BIN)/python -m bench.k8s_control
 
 clean:
 	rm -rf $(VENV) build *.egg-info

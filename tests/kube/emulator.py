@@ -1,6 +1,7 @@
 """kmock's Kubernetes API emulator, made a little more like an API server, on a real port.
 
-    python -m tests.kube.emulator [--port P]     (prints `READY <url>`, serves until killed)
+    python -m tests.kube.emulator [--port P]     (prints `READY <url>`, serves until killed;
+                                                 keeps no request log, for benchmarks)
 
 On top of kmock's in-memory objects this fills in what a real API server does and dlaas
 relies on: `metadata.uid`, an increasing `resourceVersion` and `creationTimestamp` on
@@ -47,7 +48,10 @@ WAKE = "dlaas-test-wake"
 class ApiServerEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with uids, resource versions, expiring watches and refusals."""
 
-    def prepare(self) -> None:
+    def prepare(self, *, keep_requests: bool = True) -> None:
+        # kmock matches every request against all it served before (for its request views),
+        # so a long run slows down; a benchmark's server keeps none.
+        self._keep_requests = keep_requests
         self._version = 0
         self._expired_below = 0  # a watch from an older resourceVersion gets 410 Gone
         self._generation = 0  # watches open when the versions expired end with 410 Gone
@@ -91,7 +95,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             if request.action in (enums.action.CREATE, enums.action.UPDATE):
                 self._version += 1
                 meta["resourceVersion"] = str(self._version)
-        return await super()._handle(request)
+        try:
+            return await super()._handle(request)
+        finally:
+            if not self._keep_requests:
+                self._requests.clear()
 
     def _check_refusals(self, name: str) -> None:
         for refusal in self._refusals:
@@ -165,7 +173,9 @@ class RunningEmulator:
 
 
 @contextmanager
-def running_emulator(port: int | None = None) -> Iterator[RunningEmulator]:
+def running_emulator(
+    port: int | None = None, *, keep_requests: bool = True
+) -> Iterator[RunningEmulator]:
     started = threading.Event()
     stopping: dict[str, Any] = {}
     box: dict[str, RunningEmulator] = {}
@@ -175,7 +185,7 @@ def running_emulator(port: int | None = None) -> Iterator[RunningEmulator]:
 
         async def main() -> None:
             emulator = ApiServerEmulator()
-            emulator.prepare()
+            emulator.prepare(keep_requests=keep_requests)
             stop = asyncio.Event()
             stopping["stop"] = stop
             async with emulator, kmock.Server(emulator, port=port) as server:
@@ -203,7 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.kube.emulator")
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args()
-    with running_emulator(args.port) as running:
+    with running_emulator(args.port, keep_requests=False) as running:
         print(f"READY {running.url}", flush=True)
         threading.Event().wait()
 

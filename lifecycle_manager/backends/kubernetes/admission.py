@@ -192,9 +192,13 @@ def admit(
     noun = "learner" if len(gang) == 1 else "learners"
     return (
         f"the cluster cannot hold all {len(gang)} {noun} at once (room for {placed}): "
-        f"the largest needs {largest.describe()}; {len(eligible_rooms)} eligible "
-        f"node{'s' if len(eligible_rooms) != 1 else ''} have {free.describe()} free"
+        f"the largest needs {largest.describe()}; "
+        f"{_nodes(len(eligible_rooms))} {free.describe()} free"
     )
+
+
+def _nodes(count: int) -> str:
+    return "1 eligible node has" if count == 1 else f"{count} eligible nodes have"
 
 
 def _size(amount: Amount) -> tuple[int, int, int]:
