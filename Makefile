@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.dlaas-installed
 
-.PHONY: install demo down test lint bench clean
+.PHONY: install demo down test lint bench clean e2e-kind
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/api_load.py
 	$(BIN)/python -m bench.k8s_control
+
+# A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
+# and kubectl; see README "Kubernetes").
+e2e-kind: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" PYTHON="$(abspath $(BIN))/python" bash tests/e2e_kind/run.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info

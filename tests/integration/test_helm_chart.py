@@ -191,5 +191,5 @@ def test_the_config_map_is_settings_dlaas_reads(
     assert settings.kube_node_selector == {"nvidia.com/gpu.present": "true"}
     assert settings.kube_tolerations[0]["key"] == "nvidia.com/gpu"
     assert settings.kube_learner_gpu_image == "dlaas-learner:0.1.0-cuda"
-    assert settings.s3_endpoint_url == f"http://{RELEASE}-s3:8333"
+    assert settings.s3_endpoint_url == f"http://{RELEASE}-s3.{NAMESPACE}.svc:8333"
     assert settings.max_archive_bytes == 536870912

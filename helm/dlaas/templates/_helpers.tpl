@@ -98,9 +98,10 @@ volumeMounts:
 {{- define "dlaas.redisName" -}}{{ include "dlaas.fullname" . }}-redis{{- end -}}
 {{- define "dlaas.s3Name" -}}{{ include "dlaas.fullname" . }}-s3{{- end -}}
 
+{{/* Bundled services by their namespaced names: learners may run in another namespace. */}}
 {{- define "dlaas.databaseUrl" -}}
 {{- if .Values.postgresql.enabled -}}
-{{- printf "postgresql+asyncpg://%s:%s@%s:5432/%s" .Values.postgresql.user .Values.postgresql.password (include "dlaas.postgresqlName" .) .Values.postgresql.database -}}
+{{- printf "postgresql+asyncpg://%s:%s@%s.%s.svc:5432/%s" .Values.postgresql.user .Values.postgresql.password (include "dlaas.postgresqlName" .) .Release.Namespace .Values.postgresql.database -}}
 {{- else -}}
 {{- required "postgresql.externalUrl is required when postgresql.enabled is false" .Values.postgresql.externalUrl -}}
 {{- end -}}
@@ -108,7 +109,7 @@ volumeMounts:
 
 {{- define "dlaas.redisUrl" -}}
 {{- if .Values.redis.enabled -}}
-{{- printf "redis://%s:6379/0" (include "dlaas.redisName" .) -}}
+{{- printf "redis://%s.%s.svc:6379/0" (include "dlaas.redisName" .) .Release.Namespace -}}
 {{- else -}}
 {{- required "redis.externalUrl is required when redis.enabled is false" .Values.redis.externalUrl -}}
 {{- end -}}
@@ -116,7 +117,7 @@ volumeMounts:
 
 {{- define "dlaas.s3Endpoint" -}}
 {{- if .Values.s3.enabled -}}
-{{- printf "http://%s:8333" (include "dlaas.s3Name" .) -}}
+{{- printf "http://%s.%s.svc:8333" (include "dlaas.s3Name" .) .Release.Namespace -}}
 {{- else -}}
 {{- required "s3.endpoint is required when s3.enabled is false" .Values.s3.endpoint -}}
 {{- end -}}
