@@ -167,6 +167,8 @@ async def test_cluster_troubles_become_job_events_and_an_oom_kill_fails_the_lear
         "nvidia.com/gpu.",
         "learner 2: its image dlaas-learner:0.1.0 cannot be pulled (ImagePullBackOff): "
         'Back-off pulling image "dlaas-learner"',
+        "learner 1: out of memory: the learner was OOMKilled at its memory limit of "
+        "1073741824 (exit code 137 (killed by SIGKILL)); raise `memory` in the manifest",
     ]
     reason = (await load(kube_ctx, job_id)).reason
     assert reason.startswith(

@@ -94,8 +94,9 @@ def test_running_then_oomkilled_pod_gives_one_status_and_one_exit() -> None:
     oom = learner_pod(
         "Failed", containerStatuses=state(terminated={"exitCode": 137, "reason": "OOMKilled"})
     )
-    [exit_event] = tracker.seen("MODIFIED", oom)
-    assert exit_event.kind == streams.EXIT
+    notice, exit_event = tracker.seen("MODIFIED", oom)
+    assert isinstance(notice, JobNotice) and notice.notice.code == "OOMKilled"
+    assert isinstance(exit_event, streams.LearnerEvent) and exit_event.kind == streams.EXIT
     assert exit_event.fields["exit_code"] == "137"
     assert "OOMKilled at its memory limit of 1Gi" in exit_event.fields["reason"]
     assert tracker.seen("DELETED", oom) == []

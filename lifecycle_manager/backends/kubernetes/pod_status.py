@@ -191,6 +191,12 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
             exit_code = 0
     notices: list[Notice] = []
     pull_failure = config_failure = None
+    if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
+        # The runner's own exit report may reach the job first and cannot know this.
+        cause = (terminated or {}).get("reason") if terminated else None
+        cause = cause if cause == "OOMKilled" else status.get("reason")
+        if cause in ("OOMKilled", "Evicted", "NodeLost", "Shutdown", "NodeShutdown"):
+            notices.append(Notice(str(cause), reason))
     if phase is LearnerPhase.PENDING:
         scheduling = _scheduling_notice(status)
         if scheduling:
