@@ -2,7 +2,9 @@
 
 A learner that hangs without exiting (stopped, deadlocked, its node frozen) is a failure
 too, found after the job's `restart_policy.heartbeat_timeout_s` of silence. The runner
-beats every 2 s; a learner that never beat is timed from its row's last change.
+beats every 2 s; a learner that never beat is timed from its row's last change. No learner
+can be heard while Redis is down, so silence is counted at the earliest from when the
+monitor last failed to reach Redis (`listening_since`).
 """
 
 from __future__ import annotations
@@ -34,21 +36,29 @@ class LearnerBeat:
 
 
 def silent_learners(
-    learners: Sequence[LearnerBeat], beats: Mapping[int, float], *, now: float, timeout_s: float
+    learners: Sequence[LearnerBeat],
+    beats: Mapping[int, float],
+    *,
+    now: float,
+    timeout_s: float,
+    listening_since: float = 0.0,
 ) -> dict[int, float]:
     """Learners silent longer than `timeout_s`, with how long each has been silent."""
     silent = {}
     for learner in learners:
         if learner.state not in BEATING:
             continue
-        last = max(beats.get(learner.index, 0.0), learner.changed_at)
+        last = max(beats.get(learner.index, 0.0), learner.changed_at, listening_since)
         if now - last > timeout_s:
             silent[learner.index] = now - last
     return silent
 
 
-async def check_heartbeats(ctx: Context) -> list[str]:
-    """Fail (and so restart) every hung learner of a running job; returns the jobs touched."""
+async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[str]:
+    """Fail (and so restart) every hung learner of a running job; returns the jobs touched.
+
+    `listening_since`: unix time since when the caller has heard Redis without a break.
+    """
     async with ctx.sessions() as session:
         jobs = await repo.jobs_in_states(session, WATCHED_JOBS)
         watched = []
@@ -68,7 +78,9 @@ async def check_heartbeats(ctx: Context) -> list[str]:
     touched = []
     for job_id, beats, timeout in watched:
         heard = await streams.aget_heartbeats(ctx.redis, job_id)
-        silent = silent_learners(beats, heard, now=time.time(), timeout_s=timeout)
+        silent = silent_learners(
+            beats, heard, now=time.time(), timeout_s=timeout, listening_since=listening_since
+        )
         if silent:
             log.warning("job %s: no heartbeat from learner(s) %s", job_id, sorted(silent))
             await apply_silence(ctx, job_id, silent)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from collections import Counter
 
 from redis.exceptions import RedisError
@@ -47,6 +48,8 @@ class Monitor:
         self.consumer = consumer
         self.failures: Counter[str] = Counter()
         self._backlog = True  # re-read our own unacknowledged events first
+        # Since when Redis has answered without a break (learners are heard through it).
+        self.listening_since = time.time()
 
     async def run(self, stop: asyncio.Event) -> None:
         await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
@@ -64,10 +67,11 @@ class Monitor:
             except (RedisError, OSError) as error:
                 log.warning("monitor: %s; retrying", error)
                 await asyncio.sleep(1)
+                self.listening_since = time.time()
 
     async def check_heartbeats(self) -> None:
         try:
-            await check_heartbeats(self.ctx)
+            await check_heartbeats(self.ctx, self.listening_since)
         except (RedisError, OSError):
             raise
         except Exception:  # a bad job must not stop the monitor; the next check retries

@@ -21,3 +21,12 @@ def test_learners_not_running_are_not_watched() -> None:
         LearnerBeat(4, L.FAILED, 0.0),
     ]
     assert silent_learners(learners, {}, now=100.0, timeout_s=10.0) == {}
+
+
+def test_silence_counts_from_when_redis_answered_again() -> None:
+    learners = [LearnerBeat(1, L.RUNNING, 0.0)]
+    beats = {1: 80.0}  # the last beat before Redis went down
+    assert silent_learners(learners, beats, now=100.0, timeout_s=10.0, listening_since=95.0) == {}
+    assert silent_learners(learners, beats, now=106.0, timeout_s=10.0, listening_since=95.0) == {
+        1: 11.0
+    }
