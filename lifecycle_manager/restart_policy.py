@@ -106,7 +106,9 @@ class RestartVerdict:
 
 
 def classify(exit_code: int | None, signal: str | None, *, vanished: bool = False) -> Cause:
-    if vanished:
+    # A program that ends by itself has an exit code; none, and no signal, means the
+    # cluster lost the learner (it ended while its node agent was down).
+    if vanished or (exit_code is None and not signal):
         return Cause.VANISHED
     if exit_code == 137 and not signal:
         return Cause.OOM

@@ -80,6 +80,7 @@ def test_classify_tells_the_causes_apart() -> None:
     assert classify(None, "SIGKILL") is Cause.SIGNAL
     assert classify(143, None) is Cause.SIGNAL
     assert classify(None, None, vanished=True) is Cause.VANISHED
+    assert classify(None, None) is Cause.VANISHED  # ended unseen: the exit status is lost
 
 
 def test_the_policy_reads_the_manifest_block() -> None:
