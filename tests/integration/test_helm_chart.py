@@ -169,9 +169,9 @@ def test_the_role_allows_what_the_backend_does_and_no_more(
     assert role["metadata"]["namespace"] == "dlaas-learners"
     rules = {tuple(rule["resources"]): set(rule["verbs"]) for rule in role["rules"]}
     assert rules == {
-        ("pods",): {"create", "delete", "get", "list", "watch"},
-        ("services",): {"create", "delete", "get"},
-        ("secrets",): {"create", "delete", "get", "patch"},
+        ("pods",): {"create", "delete", "list", "watch"},
+        ("services",): {"create", "delete"},
+        ("secrets",): {"create", "delete", "patch"},
     }
     capacity = objects[("ClusterRole", f"{RELEASE}-{NAMESPACE}-capacity")]
     assert capacity["rules"] == [
