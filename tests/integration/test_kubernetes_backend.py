@@ -28,6 +28,7 @@ from tests.integration.kube_harness import (
     pod_watcher,
     pods_of,
 )
+from tests.kube import rbac
 from tests.kube.emulator import RunningEmulator
 from tests.kube.kubelet import Kubelet
 
@@ -331,3 +332,38 @@ async def test_the_watch_lists_again_when_its_resource_version_expires(
             kubelet.finish(first, 0)
             kubelet.finish(second, 0)
             await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED))
+
+
+VERBS = {"list": "list", "watch": "watch", "fetch": "get", "create": "create"}
+VERBS.update({"update": "patch", "delete": "delete"})
+
+
+async def test_the_backend_uses_exactly_what_the_charts_rbac_grants(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2)
+    async with pod_watcher(kube_ctx) as watcher:
+        await operations.deploy_job(kube_ctx, job_id)
+        await operations.deploy_job(kube_ctx, job_id)  # again: the Secret is patched
+        await kube_ctx.backend.create_learners([])
+        await kube_ctx.backend.list_learners()
+
+        async def watching() -> bool:
+            return watcher.lists >= 1
+
+        await follow(kube_ctx, watching, what="the pod watcher's first list")
+        await operations.delete_job(kube_ctx, job_id)
+    used: dict[tuple[str, str], set[str]] = {}
+    for request in emulator.call(lambda: list(emulator.emulator)):
+        if request.resource is None:
+            continue
+        verb = VERBS[request.action.value.lower()]
+        if (request.resource.plural, verb) == ("nodes", "create"):
+            continue  # the test's own node
+        scope = "namespaced" if request.namespace else "cluster-wide"
+        used.setdefault((scope, request.resource.plural), set()).add(verb)
+    # Every verb it used is granted, and every verb granted is used.
+    assert used == {
+        **{("namespaced", plural): verbs for plural, verbs in rbac.NAMESPACED.items()},
+        **{("cluster-wide", plural): verbs for plural, verbs in rbac.CLUSTER_WIDE.items()},
+    }
