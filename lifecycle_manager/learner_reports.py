@@ -103,8 +103,9 @@ def _after_exit(
     previous = LearnerState(row.state)
     if previous in ENDING - {LearnerState.STOPPING}:
         return None
-    # A job that already finished stops its remaining learners: their exits are no failures.
-    stopped = stopped or JobState(job.state) in FINAL_STATES
+    # A job that already finished, or is restarting its gang, stops its remaining learners:
+    # their exits are no failures.
+    stopped = stopped or JobState(job.state) in FINAL_STATES | {JobState.RECOVERING}
     state, why = learner_after_exit(
         previous, Desired(job.desired), exit_code, signal, reason, stopped=stopped
     )
