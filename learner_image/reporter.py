@@ -52,14 +52,28 @@ class Reporter:
         self.publish(dataclasses.replace(event, fields={**event.fields, "restored": "1"}))
 
     def exit(
-        self, exit_code: int, signal: str, reason: str, source: str, last_line: str = ""
+        self,
+        exit_code: int,
+        signal: str,
+        reason: str,
+        source: str,
+        last_line: str = "",
+        *,
+        stopped: bool = False,
     ) -> None:
         """`source` is `command` (the user's command ended) or `runner` (the runner failed);
-        `last_line` is the command's last output line, which tells repeated errors apart."""
+        `last_line` is the command's last output line, which tells repeated errors apart;
+        `stopped`: the runner was told to stop (SIGTERM/SIGINT), so the command did not end
+        by itself."""
         event = streams.exit_event(
             self.job_id, self.learner, self.attempt, exit_code, signal, reason
         )
-        fields = {**event.fields, "source": source, "last_line": last_line[:500]}
+        fields = {
+            **event.fields,
+            "source": source,
+            "last_line": last_line[:500],
+            "stopped": "1" if stopped else "0",
+        }
         self.publish(dataclasses.replace(event, fields=fields))
 
     def heartbeat(self) -> None:

@@ -39,8 +39,9 @@ finish: no STORING and no results, only its last checkpoint and its log are uplo
 Learner events (stream `dlaas:learner-events`, fields besides job/learner/attempt/kind):
 `status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name`;
 `exit` with `exit_code` (the runner's own exit code, below), `signal` (e.g. `SIGKILL`, or
-empty), `reason` (text for the user) and `source` (`command` when the user's command ended
-or was stopped, `runner` when the runner itself failed).
+empty), `reason` (text for the user), `source` (`command` when the user's command ended
+or was stopped, `runner` when the runner itself failed) and `stopped` (`1` when the runner
+was told to stop, so the command did not end by itself).
 
 Exit codes: the command's own code; 128+N when it was killed by signal N (137 = SIGKILL,
 often out of memory); 3 when the runner failed before or around the command (archive not
@@ -55,6 +56,7 @@ stopped learner is never mistaken for a finished one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -352,7 +354,7 @@ class Runner:
         self._finish_logs()
         self._notify(
             "the exit",
-            reporter.exit,
+            functools.partial(reporter.exit, stopped=self.stop_signal is not None),
             report.exit_code,
             report.signal,
             report.reason,
@@ -407,7 +409,7 @@ class Runner:
             self.shipper.line(f"[dlaas] {reason}")
         self._finish_logs()
         code = 128 + self.stop_signal
-        self.reporter.exit(code, name, reason, source="command")
+        self.reporter.exit(code, name, reason, source="command", stopped=True)
         return code
 
     def _fail(self, reason: str) -> int:

@@ -49,6 +49,7 @@ from storage.models import Job, Learner
 log = logging.getLogger(__name__)
 
 VANISHED = "vanished without a recorded exit"
+INTERRUPTED = "interrupted while it should run"
 RESTART_EVENT = "restart"
 
 
@@ -100,15 +101,23 @@ def _after_exit(
     *,
     stopped: bool,
 ) -> LearnerView | None:
+    """The learner's row after its exit; `stopped`: the cluster stopped it on request.
+
+    A learner stopped while the lifecycle manager still wants it (not halting, deleting,
+    finishing or restarting its gang) was interrupted: its row fails, with a reason saying so,
+    and the restart policy resumes the job without counting a restart.
+    """
     previous = LearnerState(row.state)
     if previous in ENDING - {LearnerState.STOPPING}:
         return None
     # A job that already finished, or is restarting its gang, stops its remaining learners:
     # their exits are no failures.
-    stopped = stopped or JobState(job.state) in FINAL_STATES | {JobState.RECOVERING}
+    winding_down = JobState(job.state) in FINAL_STATES | {JobState.RECOVERING}
     state, why = learner_after_exit(
-        previous, Desired(job.desired), exit_code, signal, reason, stopped=stopped
+        previous, Desired(job.desired), exit_code, signal, reason, stopped=winding_down
     )
+    if stopped and state is LearnerState.FAILED:
+        why = f"{INTERRUPTED}: {why}"
     return LearnerView(row.index, state, exit_code, why)
 
 
@@ -241,6 +250,8 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
             return
         update: LearnerView | None = None
         reported = fields.get("state", "")
+        # The agent stopped it on request, or its runner was told to stop.
+        stopped = fields.get("deleted") == "1" or fields.get("stopped") == "1"
         if event.kind == streams.STATUS and reported in LearnerState.__members__:
             state = learner_after_status(LearnerState(row.state), LearnerState(reported))
             if state is not None:
@@ -252,7 +263,7 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
                 _exit_code(fields),
                 fields.get("signal") or None,
                 fields.get("reason", ""),
-                stopped=fields.get("deleted") == "1",
+                stopped=stopped,
             )
         if update is None:
             return
@@ -266,9 +277,10 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
         views = [update if r.index == update.index else learner_view(r) for r in rows.values()]
         failures = {}
         if update.state is LearnerState.FAILED:
+            signal = fields.get("signal") or None
             failures[update.index] = Failure(
                 update.index,
-                classify(update.exit_code, fields.get("signal") or None),
+                Cause.INTERRUPTED if stopped else classify(update.exit_code, signal),
                 update.reason,
                 update.exit_code,
                 last_line=fields.get("last_line", ""),

@@ -1,18 +1,25 @@
 """Whether a failed job restarts from its newest checkpoint: pure functions over plain data.
 
 ```
- learner failed ----> restarts left? --no--> FAILED "restarts exhausted"
-                          | yes
-                          v
-        the program's own error repeating? --yes--> FAILED "the same failure repeated"
-        (same exit code and last line, no new checkpoint between)
-                          | no
-                          v
-                     RECOVERING --(after backoff)--> DEPLOYING (next attempt, restores)
+ learner failed
+      |
+      +-- interrupted (stopped by the platform while the job should run)? --yes--+
+      |                                                                          |
+      +-- no restarts left? --yes--> FAILED "restarts exhausted"                 |
+      |                                                                          |
+      +-- the program's own error repeating? --yes--> FAILED "the same failure   |
+      |   (same exit code and last line, no new checkpoint between)  repeated"   |
+      v                                                                          |
+ RECOVERING <--------------------------------------------------------------------+
+      |  after the backoff
+      v
+ DEPLOYING the next attempt (its runners restore the newest committed checkpoint)
 ```
 
 Signals, out-of-memory kills, missing heartbeats and vanished learners come from the
-machine, not from the program, so they never count as a repeating program error. The
+machine, not from the program, so they never count as a repeating program error. An
+interruption (the platform or the cluster stopped a learner the job still wants: `dlaas
+down`, a node drained) is no failure at all: the job resumes without using a restart. The
 backoff grows only over consecutive failures that made no progress (no new checkpoint):
 a job that keeps checkpointing between failures restarts at once every time.
 """
@@ -34,6 +41,7 @@ class Cause(StrEnum):
     OOM = "oom"  # killed for memory
     HEARTBEAT = "heartbeat"  # silent for too long: hung
     VANISHED = "vanished"  # the cluster lost it
+    INTERRUPTED = "interrupted"  # stopped on a request that was not the lifecycle manager's
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,8 @@ def decide_restart(
     policy: RestartPolicy, failure: Failure, history: Sequence[Failure]
 ) -> RestartVerdict:
     """Restart or give up, given this failure and the ones before it (oldest first)."""
-    used = len(history)
-    if used >= policy.max_restarts:
+    used = sum(1 for earlier in history if earlier.cause is not Cause.INTERRUPTED)
+    if failure.cause is not Cause.INTERRUPTED and used >= policy.max_restarts:
         return RestartVerdict(
             False,
             f"{failure.reason}; no restarts left ({used} of {policy.max_restarts} used)",
@@ -153,6 +161,10 @@ def decide_restart(
         0.0 if stalled <= 1 else min(policy.backoff_s * 2 ** (stalled - 2), policy.backoff_max_s)
     )
     resume = f"from {failure.checkpoint}" if failure.checkpoint else "from the start"
+    if failure.cause is Cause.INTERRUPTED:
+        return RestartVerdict(
+            True, f"{failure.reason}; resuming {resume} (an interruption uses no restart)", delay
+        )
     return RestartVerdict(
         True,
         f"{failure.reason}; restart {used + 1} of {policy.max_restarts} {resume}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from lifecycle_manager import operations
@@ -109,3 +110,27 @@ async def test_a_silent_learner_is_failed_and_restarted(ctx: Context, agent: Age
 
     await watch(ctx, next_attempt_deployed, timeout=20)
     assert [item["attempt"] for item in agent.learners(job_id)] == [2]
+
+
+async def test_a_learner_stopped_while_the_job_should_run_resumes_without_a_restart(
+    ctx: Context, agent: Agent
+) -> None:
+    job_id = await make_job(ctx, "sleep 30", restart_policy={"max_restarts": 0})
+    await operations.deploy_job(ctx, job_id)
+    # Stopped through its agent on a request that was not the lifecycle manager's, as
+    # `dlaas down` stops every learner.
+    await asyncio.to_thread(
+        httpx.delete, f"{agent.url}/jobs/{job_id}", params={"wait": 10}, timeout=15
+    )
+
+    async def next_attempt_deployed() -> bool:
+        return (await load(ctx, job_id)).attempt == 2
+
+    await watch(ctx, next_attempt_deployed, timeout=20)
+    [detail] = await _restart_details(ctx, job_id)
+    failure = detail["failure"]
+    assert isinstance(failure, dict)
+    assert failure["cause"] == "interrupted"
+    async with ctx.sessions() as session:
+        [restart] = await repo.events_of_kind(session, job_id, "restart")
+    assert "an interruption uses no restart" in restart.reason

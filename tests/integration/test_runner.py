@@ -310,6 +310,7 @@ def test_command_killed_by_a_signal(learner: Learner) -> None:
     assert exit_event["exit_code"] == "137"
     assert exit_event["signal"] == "SIGKILL"
     assert "killed by SIGKILL" in exit_event["reason"]
+    assert exit_event["stopped"] == "0"  # killed, not told to stop
     assert "STORING" not in [e.get("state") for e in learner.events()]
     assert learner.keys("results/") == []
     assert learner.keys("logs/") == ["logs/learner-1.log"]
@@ -325,6 +326,7 @@ def test_sigterm_is_forwarded_to_the_command(learner: Learner) -> None:
     exit_event = learner.events()[-1]
     assert exit_event["reason"] == "stopped by SIGTERM"
     assert exit_event["signal"] == "SIGTERM"
+    assert exit_event["stopped"] == "1"
     assert "STORING" not in [e.get("state") for e in learner.events()]
     assert learner.keys("logs/") == ["logs/learner-1.log"]
 

@@ -109,3 +109,13 @@ def test_a_failed_decision_becomes_recovering_with_a_restart() -> None:
 def test_failures_round_trip_through_event_details() -> None:
     original = Failure(3, Cause.HEARTBEAT, "hung", None, "last", "ckpt-000000000004")
     assert Failure.from_detail(original.to_detail()) == original
+
+
+def test_interruptions_resume_without_using_restarts() -> None:
+    none_left = RestartPolicy(max_restarts=0)
+    verdict = decide_restart(none_left, failure(Cause.INTERRUPTED, "ckpt-3"), [])
+    assert verdict.restart
+    assert verdict.reason.endswith("resuming from ckpt-3 (an interruption uses no restart)")
+    interrupted = [failure(Cause.INTERRUPTED, f"ckpt-{i}") for i in range(5)]
+    after = decide_restart(POLICY, failure(Cause.SIGNAL, "ckpt-9"), interrupted)
+    assert after.reason.endswith("restart 1 of 3 from ckpt-9")
