@@ -17,6 +17,7 @@ from api.errors import DlaasError
 from api.nudge import Nudger
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
+from storage import streams
 from storage import users as user_repo
 from storage.db import make_engine, make_sessionmaker
 from storage.migrate import upgrade
@@ -78,15 +79,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from redis.asyncio import Redis
-
         await to_thread.run_sync(upgrade, settings.database_url)
         engine = make_engine(settings.database_url)
         state = ApiState(
             settings=settings,
             engine=engine,
             sessions=make_sessionmaker(engine),
-            redis=Redis.from_url(settings.redis_url),
+            redis=streams.async_client(settings.redis_url),
             objects=open_object_store(settings),
             nudger=Nudger(settings.redis_url),
             archive_limits=ArchiveLimits.from_settings(settings),

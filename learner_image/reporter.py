@@ -99,7 +99,7 @@ class Reporter:
 
 def connect(redis_url: str, job_id: str, learner: int, attempt: int) -> Reporter:
     """A reporter on a checked connection (three tries over about a second)."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = streams.client(redis_url, socket_timeout=10, socket_connect_timeout=5)
     for tries in range(CONNECT_ATTEMPTS):
         try:
             client.ping()

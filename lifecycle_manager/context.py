@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from lifecycle_manager.backends import open_backend
 from lifecycle_manager.backends.base import ClusterBackend
 from lifecycle_manager.recovery_dispatch import RecoveryDispatcher
+from storage import streams
 from storage.db import make_engine, make_sessionmaker
 from storage.models import utcnow
 from storage.object_store import ObjectStore, open_object_store
@@ -58,7 +59,7 @@ def open_context(settings: Settings, timings: Timings | None = None) -> Context:
         engine=engine,
         sessions=make_sessionmaker(engine),
         backend=open_backend(settings),
-        redis=aioredis.Redis.from_url(settings.redis_url),
+        redis=streams.async_client(settings.redis_url),
         objects=open_object_store(settings),
         schedule_recovery=RecoveryDispatcher(settings.redis_url),
         timings=timings or Timings(),

@@ -25,7 +25,6 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-import redis
 import uvicorn
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
@@ -72,7 +71,7 @@ class ExitReporter:
     """Publishes each learner exit to the learner-events stream."""
 
     def __init__(self, redis_url: str) -> None:
-        self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self._redis = streams.client(redis_url, socket_timeout=2, socket_connect_timeout=2)
 
     def __call__(self, record: LearnerRecord) -> bool:
         event = streams.exit_event(

@@ -7,7 +7,8 @@ Keys:
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
 
-Key names and record encoding are pure functions. Every I/O helper has a sync twin (for
+Clients come from `client`/`async_client`, which survive a Redis restart. Key names and
+record encoding are pure functions. Every I/O helper has a sync twin (for
 `redis.Redis`) and an async twin named with an `a` prefix (for `redis.asyncio.Redis`); both
 build their arguments and decode their answers with the same functions, so only the call to
 Redis differs. Clients may use `decode_responses` or not: answers are decoded either way.
@@ -297,6 +298,33 @@ def _heartbeats(answer: Mapping[Any, Any]) -> dict[int, float]:
 
 def _is_busy_group(exc: Exception) -> bool:
     return "BUSYGROUP" in str(exc)
+
+
+# -- clients -----------------------------------------------------------------------------------
+
+RECONNECT_RETRIES: Final = 3
+
+
+def client(url: str, **options: Any) -> Redis:
+    """A client of `url` that outlives a Redis restart: a command whose pooled connection the
+    server closed is sent again on a new connection (3 retries, backing off up to 0.5 s),
+    where a plain `Redis.from_url` client fails it. `options` go to `Redis.from_url`."""
+    from redis import Redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES)
+    return Redis.from_url(url, retry=retry, **options)
+
+
+def async_client(url: str, **options: Any) -> AsyncRedis:
+    """`client` for asyncio."""
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES)
+    return AsyncRedis.from_url(url, retry=retry, **options)
 
 
 # -- sync helpers (redis.Redis) ----------------------------------------------------------------

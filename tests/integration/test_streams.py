@@ -252,3 +252,27 @@ async def test_async_heartbeats_and_cleanup(aredis: redis.asyncio.Redis, job_id:
     assert await streams.adelete_job_streams(aredis, job_id) == 2
     assert await streams.aget_heartbeats(aredis, job_id) == {}
     assert await streams.aread_logs(aredis, job_id) == []
+
+
+def test_a_client_outlives_its_connection_being_closed_by_the_server(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    client = streams.client(redis_url)
+    try:
+        client.set("dlaas:test-reconnect", "1", ex=60)
+        assert redis_client.client_kill_filter(_id=client.client_id()) == 1  # a restart, for it
+        assert client.get("dlaas:test-reconnect") == b"1"
+    finally:
+        client.close()
+
+
+async def test_an_async_client_outlives_its_connection_being_closed_by_the_server(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    client = streams.async_client(redis_url)
+    try:
+        await client.set("dlaas:test-reconnect-async", "1", ex=60)
+        assert redis_client.client_kill_filter(_id=await client.client_id()) == 1
+        assert await client.get("dlaas:test-reconnect-async") == b"1"
+    finally:
+        await client.aclose()
