@@ -11,7 +11,7 @@ still one pass over memory, and no temporary the size of the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -43,8 +43,15 @@ class Kernel:
             self.config.name == "sgd" and not self.config.momentum and not self.config.weight_decay
         )
 
-    def apply(self, grads: Sequence[torch.Tensor], lr: float) -> None:
-        """One update: the weights take a step along the sum of `grads`."""
+    def apply(
+        self,
+        grads: Sequence[torch.Tensor],
+        lr: float,
+        gate: Callable[[int], None] | None = None,
+    ) -> None:
+        """One update: the weights take a step along the sum of `grads`. With several,
+        `gate(stop)` is called before each block and returns once elements up to `stop`
+        of every gradient are there (they may still be arriving from peers)."""
         if not grads:
             return
         self.step.add_(1)
@@ -54,6 +61,8 @@ class Kernel:
         numel = self.weights.numel()
         for start in range(0, numel, CHUNK):
             block = slice(start, min(start + CHUNK, numel))
+            if gate is not None:
+                gate(block.stop)
             if self._plain:
                 target = self.weights[block]
                 for grad in grads:

@@ -159,7 +159,7 @@ class Control:
         return cls(map_file(paths.control))
 
 
-def _read_json(buffer: mmap.mmap, length: int) -> dict[str, Any]:
+def read_json(buffer: mmap.mmap, length: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(bytes(buffer[JSON_OFFSET : JSON_OFFSET + length]))
     return data
 
@@ -173,7 +173,7 @@ class ModelFiles:
         self.weights_header = words(self.weights_buffer, 0, 6)
         if int(self.weights_header[W_MAGIC]) != WEIGHTS_MAGIC:
             raise ValueError(f"{paths.weights} is not a dlaas weights file")
-        meta = _read_json(self.weights_buffer, int(self.weights_header[W_JSON]))
+        meta = read_json(self.weights_buffer, int(self.weights_header[W_JSON]))
         self.layout = ModelLayout.from_json(meta)
         self.region_id = str(meta["region_id"])
         self.numel = self.layout.numel
@@ -186,7 +186,7 @@ class ModelFiles:
         self.optim_buffer = map_file(paths.optim)
         self.optim_header = words(self.optim_buffer, 0, 6)
         self.optimizer = OptimizerConfig.from_json(
-            _read_json(self.optim_buffer, int(self.optim_header[O_JSON]))
+            read_json(self.optim_buffer, int(self.optim_header[O_JSON]))
         )
         self.optim_step = np.frombuffer(
             self.optim_buffer, dtype=np.float32, count=1, offset=8 * O_STEP

@@ -272,6 +272,8 @@ class Server:
     def step(self) -> bool:
         """Do what can be done now; whether anything changed."""
         progressed = self._acknowledge()
+        if self.exchange is not None:
+            self.exchange.poll()
         views = self.views()
         remote = self.exchange is not None and self.exchange.remote_ready()
         decision = policy.next_group(
@@ -317,9 +319,12 @@ class Server:
         lrs = [float(slots[v.index].lr[0]) for v in views]
         lr = sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr
         header[W_SEQ] = int(header[W_SEQ]) + 1
-        if self.exchange is not None and self.config.mode is Mode.SYNC:
-            grads, lr = self.exchange.sync_round(grads, lr)
-        self.kernel.apply(grads, lr)
+        if self.exchange is not None and self.config.mode is Mode.SYNC and views:
+            grads, lr, gate = self.exchange.sync_round(grads, lr)
+            self.kernel.apply(grads, lr, gate)
+            self.exchange.end_round()
+        else:
+            self.kernel.apply(grads, lr)
         if with_remote and self.exchange is not None:
             self.exchange.apply_remote()
         server = self.control.server

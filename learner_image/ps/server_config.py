@@ -3,10 +3,10 @@
     dlaas-ps [--dir DIR] [--slots N] [--mode async|sync|bounded] [--staleness S]
              [--threads T] [--snapshot-interval S] [--snapshot-dir DIR]
              [--rank R] [--world W] [--listen HOST:PORT]
-             [--peers H:P,H:P,... | --peers-dir DIR | --peers-dns NAME] [--supervise]
+             [--peers H:P,H:P,... | --peers-dir DIR] [--job JOB] [--supervise]
 
 Flag, environment, default:
-- `--dir`, `DLAAS_PS_DIR`: `/dev/shm/dlaas-ps-$TRAINING_ID-$LEARNER_ID`
+- `--dir` (or `--region`), `DLAAS_PS_DIR`: `/dev/shm/dlaas-ps-$TRAINING_ID-$LEARNER_ID`
 - `--slots`, `DLAAS_PS_SLOTS`: `GPU_COUNT`, at least 1 (one learner per GPU)
 - `--mode`, `--staleness`, `DLAAS_PS_MODE`, `DLAAS_PS_STALENESS`: async, with the bound of
   `layout.default_staleness`
@@ -17,11 +17,11 @@ Flag, environment, default:
   `DLAAS_*` storage settings name
 - `--rank`, `--world`, `RANK` (else `LEARNER_ID` - 1), `NUM_LEARNERS`: 0, 1 (one sidecar)
 - `--listen`, `DLAAS_PS_LISTEN`: `0.0.0.0:7070` (port 0 = any free one, with `--peers-dir`)
-- `--peers`, `DLAAS_PS_PEERS`: every sidecar's address, in rank order
+- `--peers`, `DLAAS_PS_PEERS`: every sidecar's address in rank order (on Kubernetes, the
+  learners' names under the job's headless Service, `learner-N.dlaas-JOB.NS.svc:7070`)
 - `--peers-dir`, `DLAAS_PS_PEERS_DIR`: a directory where sidecars on one machine leave
-  their address
-- `--peers-dns`, `DLAAS_PS_PEERS_DNS`: the job's headless Service, whose addresses are the
-  sidecars'
+  their address (the local backend's)
+- `--job`, `TRAINING_ID`: names the snapshots in the object store
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class ServerConfig:
     listen: tuple[str, int]
     peers: tuple[str, ...] = ()
     peers_dir: Path | None = None
-    peers_dns: str | None = None
     supervise: bool = False
 
     @property
@@ -77,7 +76,10 @@ def _address(text: str) -> tuple[str, int]:
 def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> ServerConfig:
     e = os.environ if environ is None else environ
     p = argparse.ArgumentParser(prog="dlaas-ps", description="dlaas parameter-server sidecar")
-    p.add_argument("--dir", type=Path, default=e.get("DLAAS_PS_DIR") or default_directory(e))
+    p.add_argument(
+        "--dir", "--region", type=Path, default=e.get("DLAAS_PS_DIR") or default_directory(e)
+    )
+    p.add_argument("--job", default=e.get("TRAINING_ID") or "local")
     gpus = int(e.get("GPU_COUNT", "0") or 0)
     p.add_argument("--slots", type=int, default=int(e.get("DLAAS_PS_SLOTS") or max(1, gpus)))
     p.add_argument(
@@ -111,7 +113,6 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     p.add_argument("--peers", default=e.get("DLAAS_PS_PEERS", ""))
     peers_dir = e.get("DLAAS_PS_PEERS_DIR")
     p.add_argument("--peers-dir", type=Path, default=Path(peers_dir) if peers_dir else None)
-    p.add_argument("--peers-dns", default=e.get("DLAAS_PS_PEERS_DNS") or None)
     p.add_argument("--supervise", action="store_true", help="restart the server if it dies")
     a = p.parse_args(list(argv))
     mode = Mode(a.mode)
@@ -128,8 +129,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     peers = tuple(x.strip() for x in a.peers.split(",") if x.strip())
     if peers and len(peers) != a.world:
         p.error(f"--peers lists {len(peers)} addresses for --world {a.world}")
-    if a.world > 1 and not (peers or a.peers_dir or a.peers_dns):
-        p.error("--world > 1 needs --peers, --peers-dir or --peers-dns to find the other sidecars")
+    if a.world > 1 and not (peers or a.peers_dir):
+        p.error("--world > 1 needs --peers or --peers-dir to find the other sidecars")
     staleness_bound = (
         a.staleness if a.staleness is not None else default_staleness(mode, a.slots * a.world)
     )
@@ -141,12 +142,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         threads=max(1, a.threads),
         snapshot_interval_s=max(0.0, a.snapshot_interval),
         snapshot_dir=a.snapshot_dir,
-        job=e.get("TRAINING_ID", "local") or "local",
+        job=a.job,
         rank=a.rank,
         world=a.world,
         listen=a.listen,
         peers=peers,
         peers_dir=a.peers_dir,
-        peers_dns=a.peers_dns,
         supervise=a.supervise,
     )

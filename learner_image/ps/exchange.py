@@ -1,0 +1,267 @@
+"""Aggregated updates between the sidecars of one job; every sidecar holds a full replica.
+
+- sync: each update is one round. A sidecar sums its learners' gradients block by block
+  into its outbox (or sends its one learner's slot as it is) while the links send the
+  blocks already summed; the peers' sums arrive into per-peer inboxes; the kernel applies
+  the sums of all sidecars, in rank order, block by block as the blocks arrive. Every
+  replica applies the same numbers in the same order with the same optimizer state, so the
+  replicas stay identical.
+- async and bounded: a sidecar applies its own learners' gradients as the policy allows and
+  ships the change of its weights since the last shipment (`weights - base`, then
+  `base = weights`) whenever the previous shipment has been acknowledged; a received change
+  is added to the weights and to the base (so it is never shipped back), once: each
+  counts as one update for the staleness bound. Each message carries the sender's slowest
+  learner clock, which bounded mode includes in its floor.
+
+At the first start (version 0), rank 0 sends its initial weights to every peer and the
+peers take them before serving, so all replicas start from the same point. Message numbers
+start at the server's epoch shifted left by 32, so a restarted sidecar's messages are never
+taken for resent ones.
+
+The buffers live in the region directory (`exchange`: outbox, base, one inbox per peer):
+the sockets send from and receive into them directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from learner_image.ps.kernels import CHUNK, add_delta, take_delta
+from learner_image.ps.layout import Mode
+from learner_image.ps.peers import publish, resolver
+from learner_image.ps.region import S_EPOCH, V_DRAINED
+from learner_image.ps.server_config import ServerConfig
+from learner_image.ps.shm import map_file, round_up
+from learner_image.ps.transport import DATA, Header, Inbox, Link, Listener, Outgoing, Progress
+
+if TYPE_CHECKING:
+    from learner_image.ps.server import Server
+
+log = logging.getLogger("dlaas.ps.exchange")
+
+INIT_CLOCK = 2**63  # marks rank 0's initial weights
+
+
+class Exchange:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.peers = [r for r in range(config.world) if r != config.rank]
+        self.inboxes = {peer: Inbox(peer) for peer in self.peers}
+        self._cond = threading.Condition()
+        self._consumed = dict.fromkeys(self.peers, 0)  # last seq the server used, per peer
+        self._ready: set[int] = set()  # peers whose delivered message waits to be applied
+        self.clocks = dict.fromkeys(self.peers, 0)
+        self.listener = Listener(config.listen, self.inboxes, self._destination, self._delivered)
+        if config.peers_dir is not None:
+            host = "127.0.0.1" if config.listen[0] in ("0.0.0.0", "") else config.listen[0]
+            publish(config.peers_dir, config.rank, (host, self.listener.address[1]))
+        self.links = {peer: Link(config.rank, peer, resolver(config, peer)) for peer in self.peers}
+        self._server: Server | None = None
+        self._round_headers: dict[int, Header] = {}
+        self._seq = 0
+        self._dirty = False
+        self._closed = False
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def bind(self, server: Server) -> None:
+        """Map the buffers for the server's model, connect, and agree on initial weights."""
+        self._server = server
+        numel = server.files.numel
+        stride = round_up(numel * 4)
+        rows = 2 + len(self.peers)
+        buffer = map_file(server.paths.root / "exchange", rows * stride)
+        self._buffer = buffer
+        self._rows = [
+            torch.from_numpy(np.frombuffer(buffer, np.float32, numel, i * stride))
+            for i in range(rows)
+        ]
+        self.outbox, self.base = self._rows[0], self._rows[1]
+        self.inbox_tensors = {peer: self._rows[2 + i] for i, peer in enumerate(self.peers)}
+        self._seq = int(server.control.server[S_EPOCH]) << 32
+        self.outbox_ready = Progress()
+        for link in self.links.values():
+            link.on_acked = lambda seq: server.control.bell.post()
+        self.listener.start()
+        for link in self.links.values():
+            link.start()
+        if server.version == 0:
+            self._agree_on_initial_weights(server)
+        self.base.copy_(server.weights)
+
+    def _agree_on_initial_weights(self, server: Server) -> None:
+        if self.config.rank == 0:
+            self._send_all(server.weights, clock=INIT_CLOCK)
+            for link in self.links.values():
+                link.wait_idle()
+            return
+        log.info("waiting for rank 0's initial weights")
+        with self._cond:
+            self._cond.wait_for(lambda: 0 in self._ready or self._closed)
+        header = self.inboxes[0].header
+        if header is not None and header.clock == INIT_CLOCK:
+            server.weights.copy_(self.inbox_tensors[0])
+        self._free(0)
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def _destination(self, inbox: Inbox, header: Header) -> memoryview:
+        """Where a message lands: the peer's inbox, once the server is done with the last."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._consumed[inbox.peer] >= inbox.last_seq or self._closed
+            )
+        inbox.header = header
+        inbox.progress.advance(header.seq, 0)
+        return self.inbox_tensors[inbox.peer].numpy().data.cast("B")
+
+    def _delivered(self, inbox: Inbox, header: Header) -> None:
+        if self.config.mode is Mode.SYNC and header.clock != INIT_CLOCK:
+            return  # the round consumes it block by block, as it arrives
+        with self._cond:
+            self._ready.add(inbox.peer)
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.control.bell.post()
+
+    def _free(self, peer: int) -> None:
+        with self._cond:
+            self._ready.discard(peer)
+            self._consumed[peer] = self.inboxes[peer].last_seq
+            self._cond.notify_all()
+
+    # -- async and bounded ---------------------------------------------------------------
+
+    def remote_ready(self) -> bool:
+        with self._cond:
+            return bool(self._ready)
+
+    def apply_remote(self) -> None:
+        """Add every delivered change to the weights and the base (the server is between
+        the start and the end of one update)."""
+        assert self._server is not None
+        with self._cond:
+            ready = sorted(self._ready)
+        for peer in ready:
+            header = self.inboxes[peer].header
+            add_delta([self._server.weights, self.base], self.inbox_tensors[peer])
+            if header is not None:
+                self.clocks[peer] = header.clock
+            self._free(peer)
+
+    def local_update(self) -> None:
+        self._dirty = True
+        self.poll()
+
+    def poll(self) -> bool:
+        """Ship the change since the last shipment if there is one and every link is free."""
+        if not self._dirty or self._server is None:
+            return False
+        if not all(link.idle for link in self.links.values()):
+            return False
+        take_delta(self._server.weights, self.base, self.outbox)
+        self._dirty = False
+        self._send_all(self.outbox, clock=self._local_clock())
+        return True
+
+    def _local_clock(self) -> int:
+        assert self._server is not None
+        server = self._server
+        clocks = [
+            int(slot.server[V_DRAINED])
+            for i, slot in enumerate(server.control.slots)
+            if server.alive[i]
+        ]
+        return min(clocks) if clocks else 0
+
+    def peer_clocks(self) -> list[int]:
+        if self.config.mode is not Mode.BOUNDED:
+            return []
+        return list(self.clocks.values())
+
+    def _send_all(
+        self,
+        tensor: torch.Tensor,
+        *,
+        clock: int = 0,
+        lr: float = 0.0,
+        ready: Progress | None = None,
+    ) -> int:
+        self._seq += 1
+        payload = tensor.numpy().data.cast("B")
+        header = Header(DATA, self._seq, len(payload), clock, lr)
+        for link in self.links.values():
+            link.send(Outgoing(header, payload, ready))
+        return self._seq
+
+    # -- sync ----------------------------------------------------------------------------
+
+    def sync_round(
+        self, grads: list[torch.Tensor], lr: float
+    ) -> tuple[list[torch.Tensor], float, Callable[[int], None]]:
+        """Exchange this sidecar's gradient sum for the peers'; the sums of every rank in
+        rank order, the round's learning rate, and a gate for the kernel's blocks."""
+        for link in self.links.values():
+            link.wait_idle()
+        if len(grads) == 1:
+            source, ready = grads[0], None
+        else:
+            source, ready = self.outbox, self.outbox_ready
+        seq = self._send_all(source, lr=lr, ready=ready)
+        if ready is not None:
+            numel = source.numel()
+            for start in range(0, numel, CHUNK):
+                stop = min(start + CHUNK, numel)
+                torch.add(grads[0][start:stop], grads[1][start:stop], out=source[start:stop])
+                for grad in grads[2:]:
+                    source[start:stop].add_(grad[start:stop])
+                ready.advance(seq, stop * 4)
+        expected = {}
+        for peer in self.peers:
+            inbox = self.inboxes[peer]
+            with self._cond:
+                consumed = self._consumed[peer]
+            inbox.progress.wait_for(consumed + 1, 0)
+            header = inbox.header
+            assert header is not None
+            expected[peer] = header
+        lrs = {self.config.rank: lr} | {peer: h.lr for peer, h in expected.items()}
+        ordered = [
+            source if rank == self.config.rank else self.inbox_tensors[rank]
+            for rank in range(self.config.world)
+        ]
+        round_lr = sum(lrs[r] for r in range(self.config.world)) / self.config.world
+
+        def gate(stop: int) -> None:
+            for peer, header in expected.items():
+                self.inboxes[peer].progress.wait_for(header.seq, stop * 4)
+
+        self._round_headers = expected
+        return ordered, round_lr, gate
+
+    def end_round(self) -> None:
+        """The round is applied: free the inboxes, and keep the learners waiting until the
+        peers have all of this sidecar's sum (it may be sent out of a learner's slot)."""
+        for peer in self._round_headers:
+            self._free(peer)
+        self._round_headers = {}
+        for link in self.links.values():
+            link.wait_idle()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._cond:
+            self._cond.notify_all()
+        for link in self.links.values():
+            link.close()
+        self.listener.close()
+
+
+def open_exchange(config: ServerConfig) -> Exchange:
+    return Exchange(config)
