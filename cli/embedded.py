@@ -351,11 +351,12 @@ _STOP_ORDER = ["api", "worker", "monitor", "agent", "redis"]
 def stop(
     home: Path, *, grace_s: float = 10.0, on_step: Callable[[str], None] = lambda _: None
 ) -> list[str]:
-    """Stop what `start` recorded: the control plane, then the learners, agent and Redis.
+    """Stop what `start` recorded: the API and worker, the learners, then the rest.
 
-    The API, worker and monitor go first so nothing reacts to the learners stopping; the
-    learners then get SIGTERM through their agent (they commit and upload what they have)
-    while Redis still runs to take their last log lines; Redis goes last.
+    The API and the worker go first so no learner is started any more; the learners then
+    get SIGTERM through their agent (they commit and upload what they have) while the
+    monitor still runs to record that their jobs were interrupted (they resume at the next
+    `dlaas up`), and Redis to take their last log lines; the monitor, agent and Redis go last.
     """
     platform = Platform.load(home)
     if platform is None:
@@ -363,8 +364,8 @@ def stop(
     alive = platform.alive()
     order = sorted(alive, key=_STOP_ORDER.index)
     for name in order:
-        if name == "agent":
-            stopped = stop_learners(platform.agent_url)
+        if name == "monitor" or (name == "agent" and "monitor" not in alive):
+            stopped = stop_learners(platform.agent_url) if "agent" in alive else []
             if stopped:
                 on_step(f"stopped the learners of {', '.join(stopped)}")
         _terminate(alive[name], grace_s)

@@ -6,7 +6,8 @@ whose heartbeats stopped (hung) so the restart policy can restart them.
 Reads the stream `dlaas:learner-events` in the consumer group `lifecycle` and acknowledges
 an event only after its database write committed, so a crash redelivers it (handling is
 idempotent). On start it first re-reads what it had been given but not acknowledged, and it
-claims events another consumer left unacknowledged for a while. Environment: the `DLAAS_*`
+claims events another consumer left unacknowledged for a while. Told to stop (SIGTERM), it
+first handles the events already in the stream, for up to a few seconds. Environment: the `DLAAS_*`
 settings (database, Redis, cluster backend).
 """
 
@@ -38,6 +39,8 @@ CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
 HEARTBEAT_CHECK_EVERY_S = 1.0
 MAX_FAILURES = 5  # an event that fails this often is logged and dropped
+DRAIN_ON_STOP_S = 5.0
+DRAIN_BLOCK_MS = 100
 
 Entries = list[tuple[streams.StreamId, streams.LearnerEvent]]
 
@@ -68,6 +71,19 @@ class Monitor:
                 log.warning("monitor: %s; retrying", error)
                 await asyncio.sleep(1)
                 self.listening_since = time.time()
+        await self.drain(DRAIN_ON_STOP_S)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Handle the events already in the stream (for at most `timeout_s`): a monitor told
+        to stop first records what its learners just reported, such as being stopped."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                own_backlog = self._backlog  # an empty read of it says nothing of new events
+                if not await self.step(block_ms=DRAIN_BLOCK_MS) and not own_backlog:
+                    return
+        except (RedisError, OSError) as error:
+            log.warning("monitor: stopping without handling every event: %s", error)
 
     async def check_heartbeats(self) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 
 import httpx
@@ -12,6 +13,7 @@ from lifecycle_manager import operations
 from lifecycle_manager.context import Context
 from lifecycle_manager.heartbeats import check_heartbeats
 from lifecycle_manager.job_progress import LearnerState
+from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState
@@ -134,3 +136,21 @@ async def test_a_learner_stopped_while_the_job_should_run_resumes_without_a_rest
     async with ctx.sessions() as session:
         [restart] = await repo.events_of_kind(session, job_id, "restart")
     assert "an interruption uses no restart" in restart.reason
+
+
+async def test_a_monitor_told_to_stop_first_handles_what_its_learners_reported(
+    ctx: Context, agent: Agent
+) -> None:
+    job_id = await make_job(ctx, "sleep 30", restart_policy={"max_restarts": 0})
+    await operations.deploy_job(ctx, job_id)
+    await streams.aensure_learner_group(ctx.redis, CONSUMER_GROUP)
+    await asyncio.to_thread(
+        httpx.delete, f"{agent.url}/jobs/{job_id}", params={"wait": 10}, timeout=15
+    )
+    stop = asyncio.Event()
+    stop.set()  # as `dlaas down` stops the monitor right after the learners
+    await Monitor(ctx, f"test-{secrets.token_hex(4)}").run(stop)
+    [detail] = await _restart_details(ctx, job_id)
+    failure = detail["failure"]
+    assert isinstance(failure, dict)
+    assert failure["cause"] == "interrupted"
