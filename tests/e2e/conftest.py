@@ -1,4 +1,11 @@
-"""The embedded platform, started the way a user starts it: `dlaas up --detach`."""
+"""The embedded platform, started the way a user starts it: `dlaas up --detach`.
+
+`Platform.dlaas` runs the CLI as a user would; the polling helpers (`show`, `wait_for`) use
+the CLI's client library in-process, which asks the same API without a process per poll.
+`learners` lists what the node agent runs; `stop_service`/`start_service` crash, stop and
+start one service of the platform (its pids and addresses are re-read from `platform.json`
+each time, since a restart changes them).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,22 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from cli import embedded
+from cli.client import DlaasClient, DlaasConnectionError
 from tests.services import free_port
 
 DLAAS = str(Path(sys.executable).with_name("dlaas"))
+
+Shown = dict[str, Any]  # {"job": {...}, "events": [...]}, as `dlaas show --output json` prints
 
 
 @dataclass
@@ -43,6 +57,65 @@ class Platform:
         for path in sorted((self.home / "logs").glob("*.log")):
             logs.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-3000:]}")
         return "\n".join(logs)
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def submit(self, manifest: Path, model: Path) -> str:
+        """`dlaas train MANIFEST MODEL`; the new job's id."""
+        return self.dlaas("train", str(manifest), str(model)).stdout.strip()
+
+    def client(self) -> DlaasClient:
+        config = json.loads((self.home / "client.json").read_text())
+        return DlaasClient(config["url"], config["token"])
+
+    def show(self, job_id: str) -> Shown:
+        with self.client() as client:
+            return {"job": client.get_job(job_id), "events": client.job_events(job_id)}
+
+    def wait_for(
+        self,
+        job_id: str,
+        what: str,
+        check: Callable[[Shown], bool],
+        timeout: float,
+        poll_s: float = 0.25,
+    ) -> Shown:
+        """Poll the job (and its events) until `check` holds; fail with what was seen."""
+        deadline = time.monotonic() + timeout
+        shown: Shown = {}
+        while time.monotonic() < deadline:
+            try:
+                shown = self.show(job_id)
+            except (httpx.HTTPError, OSError, DlaasConnectionError) as error:  # restarting
+                shown = {"error": repr(error)}
+            else:
+                if check(shown):
+                    return shown
+            time.sleep(poll_s)
+        raise AssertionError(
+            f"{what} did not happen in {timeout} s: {shown}\n{self.service_logs()}"
+        )
+
+    # -- the machine ---------------------------------------------------------------------
+
+    def record(self) -> embedded.Platform:
+        """The platform's record as `dlaas up` (or the last service restart) left it."""
+        record = embedded.Platform.load(self.home)
+        assert record is not None, f"no platform.json in {self.home}"
+        return record
+
+    def learners(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """What the node agent runs (each with the runner's `pid`), optionally of one job."""
+        params = {"job": job_id} if job_id else {}
+        answer = httpx.get(f"{self.record().agent_url}/learners", params=params, timeout=10)
+        answer.raise_for_status()
+        return list(answer.json()["learners"])
+
+    def stop_service(self, name: str, *, kill: bool = False) -> None:
+        embedded.stop_service(self.home, name, kill=kill)
+
+    def start_service(self, name: str) -> int:
+        return embedded.start_service(self.home, name, environ=self.env)
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Platform
+from tests.e2e.conftest import Platform, Shown
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
@@ -25,26 +23,6 @@ def _slow_manifest(tmp_path: Path) -> Path:
     return path
 
 
-Shown = dict[str, Any]
-
-
-def _wait_for(
-    platform: Platform, job_id: str, what: str, check: Callable[[Shown], bool], timeout: float
-) -> Shown:
-    deadline = time.monotonic() + timeout
-    shown: Shown = {}
-    while time.monotonic() < deadline:
-        answer = platform.json("show", job_id, "--events", "200")
-        assert isinstance(answer, dict)
-        shown = answer
-        if check(shown):
-            return shown
-        time.sleep(0.5)
-    raise AssertionError(
-        f"{what} did not happen in {timeout} s: {shown}\n{platform.service_logs()}"
-    )
-
-
 def _kinds(shown: Shown) -> list[str]:
     return [event["kind"] for event in shown["events"]]
 
@@ -55,10 +33,10 @@ def test_halt_then_resume_restarts_from_the_checkpoint_and_completes(
     platform.dlaas("data", "upload", "digits-data", str(EXAMPLE / "data" / "digits.npz"))
     job_id = platform.dlaas("train", str(_slow_manifest(tmp_path)), str(EXAMPLE / "model"))
     job_id_text = job_id.stdout.strip()
-    _wait_for(platform, job_id_text, "a checkpoint", lambda s: "checkpoint" in _kinds(s), 120)
+    platform.wait_for(job_id_text, "a checkpoint", lambda s: "checkpoint" in _kinds(s), 120)
 
     platform.dlaas("halt", job_id_text)
-    halted = _wait_for(platform, job_id_text, "HALTED", lambda s: s["job"]["state"] == "HALTED", 90)
+    halted = platform.wait_for(job_id_text, "HALTED", lambda s: s["job"]["state"] == "HALTED", 90)
     assert "halt_requested" in _kinds(halted)
     resumed_from = platform.dlaas("resume", job_id_text)
     assert resumed_from.returncode == 0
@@ -79,7 +57,7 @@ def test_delete_stops_the_learners_and_hides_the_job(platform: Platform, tmp_pat
     platform.dlaas("data", "upload", "digits-data", str(EXAMPLE / "data" / "digits.npz"))
     job_id = platform.dlaas("train", str(_slow_manifest(tmp_path)), str(EXAMPLE / "model"))
     job = job_id.stdout.strip()
-    _wait_for(platform, job, "RUNNING", lambda s: s["job"]["state"] == "RUNNING", 120)
+    platform.wait_for(job, "RUNNING", lambda s: s["job"]["state"] == "RUNNING", 120)
     platform.dlaas("delete", job)
     missing = platform.dlaas("show", job, check=False)
     assert missing.returncode == 1
