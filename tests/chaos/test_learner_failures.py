@@ -1,0 +1,143 @@
+"""Learners die or hang; the job restarts from its last committed checkpoint and completes."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos import processes
+from tests.chaos.jobs import (
+    assert_completed_exactly,
+    events,
+    kinds,
+    runner_pid,
+    submit_stepper,
+    training,
+)
+from tests.e2e.conftest import Platform, Shown
+
+pytestmark = pytest.mark.chaos
+
+
+def _checkpointed(attempt: int) -> object:
+    def check(shown: Shown) -> bool:
+        return training(attempt)(shown) and any(
+            event["detail"].get("attempt") == attempt for event in events(shown, "checkpoint")
+        )
+
+    return check
+
+
+def _failure(shown: Shown, index: int = 0) -> dict[str, object]:
+    failure = events(shown, "restart")[index]["detail"]["failure"]
+    assert isinstance(failure, dict)
+    return failure
+
+
+def test_a_program_killed_mid_step_resumes_from_its_last_checkpoint(
+    platform: Platform, tmp_path: Path
+) -> None:
+    steps = 150
+    job = submit_stepper(platform, tmp_path, name="kill-mid-step", steps=steps)
+    platform.wait_for(job, "a checkpoint of attempt 1", _checkpointed(1), 60)
+    processes.kill_training(runner_pid(platform, job, 1))
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    failure = _failure(done)
+    assert (failure["cause"], failure["exit_code"]) == ("signal", 137), failure
+    [resumed] = events(done, "resumed")
+    assert resumed["detail"]["name"] == failure["checkpoint"]
+    story = kinds(done)
+    assert story.index("learner_exit") < story.index("restart") < story.index("resumed")
+    logs = platform.dlaas("logs", job).stdout
+    assert f"learner 1 resumes from checkpoint {failure['checkpoint']}" in logs
+    assert "stepper: resumed from ckpt-" in logs
+
+
+def _kill_while_writing(platform: Platform, job: str, attempt: int) -> str | None:
+    """SIGKILL the program while its checkpoint directory holds a half-written checkpoint;
+    the name of that checkpoint, or None if the write finished before the kill landed."""
+    [record] = [r for r in platform.learners(job) if r["attempt"] == attempt]
+    checkpoints = Path(record["workdir"]) / "checkpoints"
+    program = processes.training_pid(int(record["pid"]))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with os.scandir(checkpoints) as entries:
+            writing = [e.name for e in entries if e.name.startswith(".tmp-ckpt-")]
+        if writing:
+            os.kill(program, signal.SIGKILL)
+            processes.wait_gone(program)
+            return writing[0] if (checkpoints / writing[0]).exists() else None
+        time.sleep(0.001)
+    raise AssertionError(f"no checkpoint was written in {checkpoints} for 30 s")
+
+
+def test_a_checkpoint_half_written_at_a_kill_is_never_restored(
+    platform: Platform, tmp_path: Path
+) -> None:
+    steps = 200
+    job = submit_stepper(
+        platform, tmp_path, name="kill-mid-write", steps=steps, checkpoint_mb=16, keep=100
+    )
+    attempt, half_written = 1, None
+    while half_written is None and attempt <= 5:
+        platform.wait_for(job, f"a checkpoint of attempt {attempt}", _checkpointed(attempt), 60)
+        half_written = _kill_while_writing(platform, job, attempt)
+        attempt += 1
+    assert half_written is not None, "every kill landed after the write had finished"
+    match = re.fullmatch(r"\.tmp-ckpt-(\d+)-\d+", half_written)
+    assert match, half_written
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    resumed = events(done, "resumed")[attempt - 2]["detail"]
+    assert resumed["attempt"] == attempt
+    assert int(resumed["name"].removeprefix("ckpt-")) < int(match.group(1))
+    stored = platform.home / "objects" / "jobs" / job / "checkpoints" / resumed["name"]
+    assert (stored / "COMMITTED").is_file(), sorted(p.name for p in stored.parent.iterdir())
+
+
+def test_a_frozen_learner_is_found_by_its_silence_and_restarted(
+    platform: Platform, tmp_path: Path
+) -> None:
+    steps = 150
+    job = submit_stepper(platform, tmp_path, name="frozen", steps=steps, heartbeat_timeout_s=3)
+    platform.wait_for(job, "a checkpoint of attempt 1", _checkpointed(1), 60)
+    runner = runner_pid(platform, job, 1)
+    program = processes.training_pid(runner)
+    processes.freeze(runner)
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    failure = _failure(done)
+    assert failure["cause"] == "heartbeat", failure
+    assert "no heartbeat for" in str(failure["reason"])
+    assert events(done, "resumed")[0]["detail"]["name"] == failure["checkpoint"]
+    assert not processes.alive(runner) and not processes.alive(program)
+
+
+def test_ten_kills_at_random_moments_lose_nothing(platform: Platform, tmp_path: Path) -> None:
+    steps, kills = 500, 10
+    job = submit_stepper(platform, tmp_path, name="ten-kills", steps=steps, max_restarts=12)
+    chance = random.Random(20261122)
+    for kill in range(kills):
+        attempt = kill + 1
+        platform.wait_for(job, f"attempt {attempt} running", training(attempt), 60, poll_s=0.1)
+        running = [r for r in platform.learners(job) if r["phase"] == "Running"]
+        assert {r["attempt"] for r in running} == {attempt}, running
+        runner = runner_pid(platform, job, attempt)
+        time.sleep(chance.uniform(0.1, 1.0))
+        if kill % 2:
+            processes.kill_runner(runner)
+        else:
+            processes.kill_training(runner)
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    assert done["job"]["attempt"] == kills + 1
+    assert len(events(done, "restart")) == kills
+    causes = {str(_failure(done, index)["cause"]) for index in range(kills)}
+    assert causes == {"signal"}, causes
