@@ -1,0 +1,374 @@
+"""Recovery on the embedded platform: how soon a killed learner trains again, and what is lost.
+
+Starts the embedded default (`cli.embedded.start`) in a temporary DLAAS_HOME, uploads the
+digits data and runs the digits example (2 learners over gloo, fixed seed, a checkpoint every
+`--interval` s, `--step-delay` per step) with `restart_policy.max_restarts` above the number
+of kills. While it trains, the benchmark kills a learner `--kills` times at random moments
+(seeded): once the attempt running has committed a checkpoint of its own, at a uniformly
+random time within the next checkpoint interval (so some kills land while a checkpoint is
+being written), alternately SIGKILL of a random learner's training program (its runner
+reports exit 137) and SIGKILL of a random learner's whole runner process group (the node
+agent reports it). Waiting for each attempt's own checkpoint measures recovery as a job
+meets it, with progress between failures: a job that keeps failing before it can checkpoint
+is backed off by the restart policy on purpose, which is not what this measures. It follows
+the job's log
+(`GET /v2/jobs/{id}/logs?follow=true`; each line carries the time the runner read it from
+the program) and, per kill:
+
+- `recovery_s`: SIGKILL -> the first `step N` line of the restarted attempt (the first step
+  completed after restoring), minus `program_startup_s`;
+- `program_startup_s`: the training program's own start-up: from the runner's
+  `resumes from checkpoint` line (written just after it started the command, so this errs
+  short and `recovery_s` long) to that first step (Python and torch imports, gloo
+  rendezvous, data, checkpoint load, one step); `torch_import_s`, `python -c "import
+  torch"` timed in the same run, is the bulk of it;
+- `lost_work_s`: training time redone: the kill's time - the time the restored checkpoint's
+  step was printed (or the attempt's first step, if it trained nothing newer). At most one
+  checkpoint interval plus a step when checkpoints are taken when due and every committed
+  one reaches the object store before the kill; a runner killed outright may not have
+  uploaded the newest (it polls every 0.5 s).
+
+It also samples the node agent to see whether learners of two attempts of the job ever ran
+at once, and counts the jobs the platform lists against the one submitted.
+
+Run from the repository root: `python -m bench.recovery` (a few minutes). The last line is
+the FINAL line, one JSON object `{"bench": "recovery", ...}`. The platform is always stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench._latency_stats import median, percentile, rounded
+from cli import embedded
+from cli.archive import zip_directory
+from cli.client import DlaasClient
+from tests.chaos import processes
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
+TARGET_RECOVERY_P50_S = 3.0
+FINAL = frozenset({"COMPLETED", "FAILED", "HALTED"})
+RESUME = re.compile(r"^\[dlaas\] learner 1 resumes from checkpoint ckpt-(\d+)$")
+STEP = re.compile(r"^step (\d+) ")
+
+
+@dataclass(frozen=True)
+class Line:
+    time: float
+    learner: int
+    text: str
+
+
+@dataclass
+class LogFollower:
+    """Every log line of a job, as the API streams it, in a background thread."""
+
+    client: DlaasClient
+    job_id: str
+    lines: list[Line] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        threading.Thread(target=self._follow, name="log-follower", daemon=True).start()
+
+    def _follow(self) -> None:
+        for event in self.client.iter_log_events(self.job_id, follow=True):
+            if event["event"] == "line" and event.get("time") is not None:
+                line = Line(float(event["time"]), int(event["learner"]), str(event["line"]))
+                with self.lock:
+                    self.lines.append(line)
+
+    def chief(self) -> list[Line]:
+        with self.lock:
+            return [line for line in self.lines if line.learner == 1]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An attempt's start as learner 1's log shows it."""
+
+    resumed_at: float  # the runner's resume line, just after it started the command
+    restored_step: int
+    first_step_at: float | None  # the program's first completed step
+
+
+def attempts(lines: list[Line]) -> list[Attempt]:
+    """Every restored attempt, in order."""
+    found = []
+    for index, line in enumerate(lines):
+        match = RESUME.match(line.text)
+        if match is None:
+            continue
+        first_step = next((ln.time for ln in lines[index + 1 :] if STEP.match(ln.text)), None)
+        found.append(Attempt(line.time, int(match.group(1)), first_step))
+    return found
+
+
+def step_printed_before(lines: list[Line], step: int, moment: float) -> float | None:
+    """When `step N` was last printed before `moment` (a step may be printed again after a
+    restart replays it)."""
+    times = [ln.time for ln in lines if ln.time < moment and ln.text.startswith(f"step {step} ")]
+    return max(times) if times else None
+
+
+@dataclass
+class Kill:
+    at: float
+    mode: str  # "program" or "runner"
+    learner: int
+    attempt: int
+
+
+@dataclass
+class Bench:
+    client: DlaasClient
+    agent_url: str
+    job_id: str
+    follower: LogFollower
+    overlaps: int = 0
+    samples: int = 0
+
+    def job(self) -> dict[str, Any]:
+        return self.client.get_job(self.job_id)
+
+    def running_learners(self) -> list[dict[str, Any]]:
+        answer = httpx.get(f"{self.agent_url}/learners", params={"job": self.job_id}, timeout=10)
+        learners = [r for r in answer.json()["learners"] if r["phase"] == "Running"]
+        self.samples += 1
+        if len({r["attempt"] for r in learners}) > 1:
+            self.overlaps += 1
+        return learners
+
+    def wait(self, what: str, check: Any, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not happen in {timeout_s} s")
+            self.running_learners()
+            time.sleep(0.05)
+
+    def checkpointed(self, after: int) -> bool:
+        """Whether an attempt later than `after` runs and has committed a checkpoint."""
+        attempt = int(self.job()["attempt"])
+        return attempt > after and any(
+            e["kind"] == "checkpoint" and e["detail"].get("attempt") == attempt
+            for e in self.client.job_events(self.job_id)
+        )
+
+    def kill(self, mode: str, learner: int) -> Kill:
+        attempt = int(self.job()["attempt"])
+        runner = next(
+            int(r["pid"])
+            for r in self.running_learners()
+            if r["learner"] == learner and r["attempt"] == attempt
+        )
+        if mode == "program":
+            program = processes.training_pid(runner)
+            at = time.time()
+            os.kill(program, signal.SIGKILL)
+        else:
+            at = time.time()
+            processes.kill_runner(runner)
+        return Kill(at, mode, learner, attempt)
+
+
+def manifest(directory: Path, args: argparse.Namespace) -> Path:
+    text = (EXAMPLE / "manifest.yml").read_text()
+    flags = f"--seed 0 --epochs 100 --max-steps {args.steps} --step-delay {args.step_delay}"
+    text = text.replace("--epochs 12 --seed 0", flags)
+    text = text.replace("interval_s: 3", f"interval_s: {args.interval}")
+    text = text.replace("max_restarts: 3", f"max_restarts: {args.kills + 5}")
+    assert flags in text and f"interval_s: {args.interval}" in text
+    path = directory / "digits-recovery.yml"
+    path.write_text(text)
+    return path
+
+
+def torch_import_s(runs: int = 3) -> float:
+    """`python -c "import torch"` wall time on this machine, now: the bulk of the program's
+    own start-up."""
+    found = []
+    for _ in range(runs):
+        began = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        found.append(time.monotonic() - began)
+    return median(found)
+
+
+def event_time(event: dict[str, Any]) -> float:
+    moment = datetime.fromisoformat(event["time"])
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def figures_of(
+    kills: list[Kill], chief: list[Line], events: list[dict[str, Any]], interval_s: float
+) -> dict[str, Any]:
+    restarted = attempts(chief)
+    recovery, with_startup, startup, lost, lost_steps = [], [], [], [], []
+    detect, redeploy = [], []
+    exits = [event_time(e) for e in events if e["kind"] == "learner_exit"]
+    created = [
+        (event_time(e), int(e["detail"]["attempt"]))
+        for e in events
+        if e["kind"] == "learners_created"
+    ]
+    first_step = next((line.time for line in chief if STEP.match(line.text)), None)
+    for index, kill in enumerate(kills):
+        if index >= len(restarted) or restarted[index].first_step_at is None:
+            continue
+        attempt = restarted[index]
+        assert attempt.first_step_at is not None
+        total = attempt.first_step_at - kill.at
+        own = attempt.first_step_at - attempt.resumed_at
+        with_startup.append(total)
+        startup.append(own)
+        recovery.append(total - own)
+        printed = step_printed_before(chief, attempt.restored_step, kill.at)
+        killed_from = first_step if index == 0 else restarted[index - 1].first_step_at
+        if printed is not None and killed_from is not None:
+            lost.append(kill.at - max(printed, killed_from))
+        before = [ln for ln in chief if ln.time < kill.at and STEP.match(ln.text)]
+        if before:
+            last = int(STEP.match(before[-1].text).group(1))  # type: ignore[union-attr]
+            lost_steps.append(last - attempt.restored_step)
+        later_exits = [t for t in exits if t >= kill.at]
+        if later_exits:
+            detect.append(min(later_exits) - kill.at)
+        next_attempt = [t for t, a in created if a == kill.attempt + 1]
+        if next_attempt:
+            redeploy.append(next_attempt[0] - kill.at)
+    return {
+        "recovery_p50_s": rounded(median(recovery)),
+        "target_recovery_p50_s": TARGET_RECOVERY_P50_S,
+        "recovery_p95_s": rounded(percentile(recovery, 95)),
+        "recovery_max_s": rounded(max(recovery, default=float("nan"))),
+        "recovery_with_startup_p50_s": rounded(median(with_startup)),
+        "recovery_with_startup_max_s": rounded(max(with_startup, default=float("nan"))),
+        "program_startup_s": rounded(median(startup)),
+        "program_startup_max_s": rounded(max(startup, default=float("nan"))),
+        "detect_p50_s": rounded(median(detect)),
+        "next_attempt_created_p50_s": rounded(median(redeploy)),
+        "lost_work_p50_s": rounded(median(lost)),
+        "lost_work_max_s": rounded(max(lost, default=float("nan"))),
+        "lost_steps_max": max(lost_steps, default=None),
+        "checkpoint_interval_s": interval_s,
+        "kills_over_one_interval": sum(1 for x in lost if x > interval_s),
+        "recoveries_timed": len(recovery),
+        "recovery_s": [round(x, 3) for x in recovery],
+        "program_startup_each_s": [round(x, 3) for x in startup],
+        "lost_work_s": [round(x, 3) for x in lost],
+    }
+
+
+def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
+    began = time.monotonic()
+    platform = embedded.start(home, api_port=embedded.free_port(), on_step=print)
+    figures["platform_start_s"] = round(time.monotonic() - began, 2)
+    token = json.loads((home / "client.json").read_text())["token"]
+    with DlaasClient(platform.url, token) as client:
+        client.upload_data("digits-data", "digits.npz", EXAMPLE / "data" / "digits.npz")
+        archive = zip_directory(EXAMPLE / "model")
+        try:
+            job_id = str(client.submit_job(manifest(home, args), archive)["id"])
+        finally:
+            archive.unlink()
+        print(f"job {job_id}: {args.kills} kills planned", flush=True)
+        follower = LogFollower(client, job_id)
+        follower.start()
+        bench = Bench(client, platform.agent_url, job_id, follower)
+        chance = random.Random(args.seed)
+        kills: list[Kill] = []
+        for index in range(args.kills):
+            killed = kills[-1].attempt if kills else 0
+            bench.wait(
+                f"a checkpoint of an attempt after {killed}",
+                lambda k=killed: bench.checkpointed(k) or bench.job()["state"] in FINAL,
+            )
+            if bench.job()["state"] != "RUNNING":
+                print(f"the job is {bench.job()['state']}; stopping after {index} kills")
+                break
+            pause_until = time.monotonic() + chance.uniform(0.0, args.interval)
+            while time.monotonic() < pause_until:
+                bench.running_learners()
+                time.sleep(0.05)
+            mode = "program" if index % 2 == 0 else "runner"
+            kill = bench.kill(mode, chance.randint(1, 2))
+            kills.append(kill)
+            print(f"kill {index + 1}: {mode} of learner {kill.learner}, attempt {kill.attempt}")
+        bench.wait("the job's end", lambda: bench.job()["state"] in FINAL, timeout_s=600)
+        job = bench.job()
+        listed = client.list_jobs()
+        events = client.job_events(job_id)
+        time.sleep(1.0)  # the follower's last lines
+        figures.update(figures_of(kills, follower.chief(), events, args.interval))
+        figures.update(
+            {
+                "kills": len(kills),
+                "kills_by_mode": {
+                    m: sum(k.mode == m for k in kills) for m in ("program", "runner")
+                },
+                "job_state": job["state"],
+                "job_attempts": job["attempt"],
+                "restart_events": sum(e["kind"] == "restart" for e in events),
+                "jobs_lost": 0 if job["state"] == "COMPLETED" else 1,
+                "jobs_duplicated": len(listed) - 1,
+                "attempts_overlapping_samples": bench.overlaps,
+                "agent_samples": bench.samples,
+            }
+        )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=700, help="the job's --max-steps")
+    parser.add_argument("--step-delay", type=float, default=0.05)
+    parser.add_argument("--interval", type=float, default=2.0, help="checkpoint interval (s)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before}", flush=True)
+    for name in [k for k in os.environ if k.startswith("DLAAS_")]:
+        del os.environ[name]
+    base = Path(tempfile.mkdtemp(prefix="dlaas-bench-recovery-"))
+    home = base / "home"
+    os.environ["DLAAS_HOME"] = str(home)
+    figures: dict[str, Any] = {"bench": "recovery"}
+    try:
+        figures["torch_import_s"] = rounded(torch_import_s())
+        run(args, home, figures)
+    finally:
+        stopped = embedded.stop(home)
+        print(f"stopped: {', '.join(stopped)}", flush=True)
+        if args.keep:
+            print(f"kept {home}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    figures["load_average_before"] = [round(x, 2) for x in load_before]
+    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
