@@ -32,8 +32,9 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
-	$(BIN)/python bench/latency.py
-	$(BIN)/python bench/api_load.py
+	$(BIN)/python -m bench.latency
+	$(BIN)/python -m bench.api_load
+	$(BIN)/python -m bench.recovery
 	$(BIN)/python -m bench.k8s_control
 
 # A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
