@@ -169,3 +169,36 @@ def test_the_reconcile_recovers_a_running_job_whose_learners_are_gone(
 def test_a_service_that_runs_is_not_started_twice(platform: Platform) -> None:
     with pytest.raises(PlatformError, match="runs already"):
         platform.start_service("monitor")
+
+
+def test_halt_and_resume_each_survive_a_worker_crash(platform: Platform, tmp_path: Path) -> None:
+    steps = 150
+    job = submit_stepper(platform, tmp_path, name="halt-resume-crash", steps=steps, term_grace=1)
+    platform.wait_for(job, "a checkpoint", lambda s: bool(events(s, "checkpoint")), 60)
+    agent = platform.record().pids["agent"]
+    os.kill(agent, signal.SIGSTOP)  # the worker's request to stop the learners hangs
+    try:
+        platform.dlaas("halt", job)
+        platform.wait_for(job, "the halt", lambda s: bool(events(s, "halt_requested")), 30)
+        time.sleep(0.3)
+        platform.stop_service("worker", kill=True)
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    platform.start_service("worker")
+    platform.wait_for(job, "HALTED", in_state("HALTED"), 60)
+
+    os.kill(agent, signal.SIGSTOP)  # and now its request to start them again
+    try:
+        platform.dlaas("resume", job)
+        platform.wait_for(job, "DEPLOYING", in_state("DEPLOYING"), 30, poll_s=0.05)
+        time.sleep(0.3)
+        platform.stop_service("worker", kill=True)
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    platform.start_service("worker")
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    assert not events(done, "restart"), events(done, "restart")
+    [resumed] = events(done, "resumed")
+    assert resumed["detail"]["attempt"] == 2
+    assert _jobs_named(platform, "halt-resume-crash") == [job]
