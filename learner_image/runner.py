@@ -31,7 +31,8 @@ Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
 `jobs/{job}/logs/learner-{n}.log` every 10 s and at the end) and through the metric parsers
 to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
 `jobs/{job}/metrics/learner-{n}.jsonl`); committed checkpoints are uploaded as they appear;
-a heartbeat every 2 s -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
+a heartbeat every 2 s (none while a process of the command is stopped: a frozen learner
+is a hung one) -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
 `jobs/{job}/results/`, learner n > 1 to `jobs/{job}/results/learner-{n}/`), log and metrics
 uploaded -> an `exit` event -> exit. A command killed by a signal (or stopped) did not
 finish: no STORING and no results, only its last checkpoint and its log are uploaded.
@@ -195,9 +196,16 @@ class Runner:
         assert self._connecting is not None
         self.reporter = self._connecting.result()
         self._start_shipper()
-        self.heartbeat = Periodic(
-            "dlaas-heartbeat", HEARTBEAT_S, self.reporter.heartbeat, at_start=True
-        )
+        self.heartbeat = Periodic("dlaas-heartbeat", HEARTBEAT_S, self._beat, at_start=True)
+
+    def _beat(self) -> None:
+        """A heartbeat, unless the command is stopped (SIGSTOP, a debugger): a learner whose
+        program is frozen is hung, and its silence says so."""
+        child = self.child
+        if child is not None and child.returncode is None and group_stopped(child.pid):
+            return
+        assert self.reporter is not None
+        self.reporter.heartbeat()
 
     def _start_shipper(self) -> None:
         from learner_image.log_tee import LogShipper
@@ -464,6 +472,27 @@ def fetch_earlier_logs(store: ObjectStore, config: RunnerConfig) -> None:
             continue
         with contextlib.suppress(ObjectNotFound):
             store.get_file(key, path)
+
+
+def group_stopped(pgid: int) -> bool:
+    """Whether a process of group `pgid` is stopped (state T or t in /proc; Linux)."""
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return False
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat")) as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+        state, _ppid, group = stat[stat.rindex(")") + 2 :].split(maxsplit=3)[:3]
+        if group == str(pgid) and state in ("T", "t"):
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:

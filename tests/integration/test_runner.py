@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from learner_image.runner import HEARTBEAT_S
 from storage import streams
 from storage.object_store import LocalObjectStore, ObjectStore, open_object_store
 from storage.settings import Settings
@@ -407,6 +408,20 @@ def test_a_stopped_command_that_exits_zero_is_not_a_success(learner: Learner) ->
     assert (exit_event["exit_code"], exit_event["signal"]) == ("143", "SIGTERM")
     assert exit_event["reason"] == "stopped by SIGTERM (the command then exited with code 0)"
     assert "bye" in learner.lines()
+
+
+def test_a_stopped_command_sends_no_heartbeats(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    proc = learner.start("echo ready; kill -STOP $$; echo never")
+    try:
+        learner.wait_for_line("ready")
+        time.sleep(0.5)  # the shell stops itself
+        before = streams.get_heartbeats(learner.redis, learner.job_id)
+        time.sleep(HEARTBEAT_S * 2)
+        assert streams.get_heartbeats(learner.redis, learner.job_id) == before
+    finally:
+        proc.kill()  # the kernel then kills the stopped shell too
+        proc.wait(timeout=10)
 
 
 def test_the_command_dies_with_a_runner_killed_outright(learner: Learner) -> None:
