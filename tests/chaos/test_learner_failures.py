@@ -102,15 +102,21 @@ def test_a_checkpoint_half_written_at_a_kill_is_never_restored(
     assert (stored / "COMMITTED").is_file(), sorted(p.name for p in stored.parent.iterdir())
 
 
+@pytest.mark.parametrize("frozen", ["learner", "program"])
 def test_a_frozen_learner_is_found_by_its_silence_and_restarted(
-    platform: Platform, tmp_path: Path
+    platform: Platform, tmp_path: Path, frozen: str
 ) -> None:
     steps = 150
-    job = submit_stepper(platform, tmp_path, name="frozen", steps=steps, heartbeat_timeout_s=3)
+    job = submit_stepper(
+        platform, tmp_path, name=f"frozen-{frozen}", steps=steps, heartbeat_timeout_s=3
+    )
     platform.wait_for(job, "a checkpoint of attempt 1", _checkpointed(1), 60)
     runner = runner_pid(platform, job, 1)
     program = processes.training_pid(runner)
-    processes.freeze(runner)
+    if frozen == "learner":  # runner and program, as a frozen container or node
+        processes.freeze(runner)
+    else:  # the program alone, as a debugger or a stray SIGSTOP would
+        os.kill(program, signal.SIGSTOP)
 
     done = assert_completed_exactly(platform, job, steps, tmp_path)
     failure = _failure(done)
