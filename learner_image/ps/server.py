@@ -241,6 +241,9 @@ class Server:
             else:
                 lost += max(0, drained - before)
             slot.server[V_IN_WEIGHTS] = snapshot.in_weights[i]
+            # the versions go back to the snapshot's: a learner computing now read weights
+            # that are gone, and its age counts from the restored version
+            slot.server[V_READ_VERSION] = min(int(slot.server[V_READ_VERSION]), snapshot.version)
         server[S_LOST] = int(server[S_LOST]) + lost
 
     # -- the loop ----------------------------------------------------------------------
@@ -330,7 +333,7 @@ class Server:
         server = self.control.server
         for v in views:
             slot = slots[v.index].server
-            staleness = before - v.read_version
+            staleness = max(0, before - v.read_version)
             slot[V_DRAINED] = v.committed
             slot[V_IN_WEIGHTS] = int(slot[V_IN_WEIGHTS]) + 1
             slot[V_STALENESS] = staleness

@@ -69,7 +69,7 @@ class _ArrayReader(io.RawIOBase):
     """A file-like view over arrays, read in order without copying them into one buffer."""
 
     def __init__(self, *arrays: np.ndarray) -> None:
-        self._views = [np.ascontiguousarray(a).data.cast("B") for a in arrays]
+        self._views = [np.ascontiguousarray(a).reshape(-1).data.cast("B") for a in arrays if a.size]
         self._index = 0
         self._offset = 0
 
@@ -93,7 +93,8 @@ class _ArrayReader(io.RawIOBase):
 def _crc(*arrays: np.ndarray) -> int:
     crc = 0
     for array in arrays:
-        crc = zlib.crc32(np.ascontiguousarray(array).data.cast("B"), crc)
+        if array.size:
+            crc = zlib.crc32(np.ascontiguousarray(array).reshape(-1).data.cast("B"), crc)
     return crc
 
 

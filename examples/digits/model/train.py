@@ -45,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", type=Path, default=None, help="default: $DATA_DIR/digits.npz")
     p.add_argument(
+        "--ps",
+        action="store_true",
+        help="exchange gradients through the pod's dlaas-ps sidecar instead of all-reduce",
+    )
+    p.add_argument(
         "--step-delay",
         type=float,
         default=0.0,
@@ -173,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     started = time.monotonic()
+    if args.ps:
+        return train_with_parameter_server(args, e, term, started)
     if e.is_distributed:
         dist.init_process_group("gloo", rank=e.rank, world_size=e.world_size)
 
@@ -259,6 +266,69 @@ def main(argv: list[str] | None = None) -> int:
         write_results(e.result_dir, model, step, test_loss, test_acc, e.world_size, started)
     if e.is_distributed:
         dist.destroy_process_group()
+    return 0
+
+
+def train_with_parameter_server(
+    args: argparse.Namespace, e: sdk.LearnerEnv, term: Termination, started: float
+) -> int:
+    """The same model, data and schedule, with the weights and Adam's state in the pod's
+    parameter server: each learner computes its gradient into its slot and `step()`
+    replaces the optimizer step (the sidecar's mode, DLAAS_PS_MODE, decides how gradients
+    combine). The sidecar snapshots its own state; learners checkpoint only at the end."""
+    import torch
+    import torch.nn.functional as F
+
+    from learner_image import ps
+
+    x_train, y_train, x_test, y_test = load_data(args.data or e.data_dir / "digits.npz")
+    steps_per_epoch = len(x_train) // (args.batch_size * e.world_size)
+    total_steps = args.epochs * steps_per_epoch
+    if args.max_steps is not None:
+        total_steps = min(total_steps, args.max_steps)
+    seed_everything(args.seed)
+    model = build_model()
+    server = ps.attach(model, ps.Adam(lr=args.lr))
+    seed_everything(args.seed + 1 + e.rank)
+    global_batch = args.batch_size * e.world_size
+    order = epoch_order(args.seed, 0, len(x_train))
+    step = 0
+    while step < total_steps:
+        epoch, position = divmod(step, steps_per_epoch)
+        if position == 0:
+            order = epoch_order(args.seed, epoch, len(x_train))
+        batch = order[position * global_batch : (position + 1) * global_batch][
+            e.rank :: e.world_size
+        ]
+        model.train()
+        server.zero_grad()
+        logits = model(shift_randomly(x_train[batch]))
+        loss = F.cross_entropy(logits, y_train[batch])
+        loss.backward()
+        server.step(lr=lr_at(step, total_steps, args.lr))
+        step += 1
+        if e.is_chief:
+            accuracy = (logits.argmax(1) == y_train[batch]).float().mean().item()
+            print(f"step {step} loss {loss.item():.4f} accuracy {accuracy:.4f}", flush=True)
+        if term.requested:
+            print(f"digits: stopping at step {step} on SIGTERM", flush=True)
+            return EXIT_TERMINATED
+        if args.step_delay > 0:
+            time.sleep(args.step_delay)
+
+    model.eval()
+    with torch.no_grad():
+        test_logits = model(x_test)
+        test_loss = F.cross_entropy(test_logits, y_test).item()
+        test_acc = (test_logits.argmax(1) == y_test).float().mean().item()
+    print(f"final accuracy {test_acc:.4f} (parameter server version {server.version})", flush=True)
+    if e.is_chief:
+        path = sdk.save_checkpoint({"step": step, "model": model.state_dict()}, step)
+        if path is not None:
+            print(f"digits: checkpoint {path.name} committed", flush=True)
+        sdk.log_metrics(step, test_loss=test_loss, test_accuracy=test_acc)
+        write_results(e.result_dir, model, step, test_loss, test_acc, e.world_size, started)
+    server.close()
     return 0
 
 

@@ -1,0 +1,73 @@
+"""Parameter servers for tests: in this process (a thread) or as a real `dlaas-ps` process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from learner_image.ps.region import L_COMMITTED, V_DRAINED, Control, RegionPaths
+from learner_image.ps.server import Server, open_snapshots
+from learner_image.ps.server_config import parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ThreadServer:
+    """A `Server` running in a thread of the test process."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.config = parse_config(args, {})
+        snapshots = open_snapshots(self.config)
+        exchange = None
+        if self.config.distributed:
+            from learner_image.ps.exchange import open_exchange
+
+            exchange = open_exchange(self.config)
+        self.server = Server(self.config, snapshots, exchange)
+        self.server.open()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.server.run(self.stop_event)
+        except BaseException as error:  # surfaced by stop()
+            self.error = error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the server thread did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+def process_server(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "learner_image.ps.server", *args], cwd=ROOT, stderr=out
+        )
+
+
+def control(directory: Path, timeout: float = 30.0) -> Control:
+    paths = RegionPaths(directory)
+    wait_for(paths.control.exists, timeout, "the control file")
+    return Control.open(paths)
+
+
+def drained(control: Control) -> bool:
+    return all(int(s.learner[L_COMMITTED]) == int(s.server[V_DRAINED]) for s in control.slots)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
