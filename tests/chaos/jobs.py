@@ -43,7 +43,7 @@ def stepper_manifest(
         f"name: {name}\nlearners: {learners}\ncpus: 0.5\nmemory: 512Mi\n"
         f"framework:\n  name: python\n  command: {json.dumps(command)}\n"
         f"checkpoint: {{interval_s: {interval_s}, keep: {keep}}}\n"
-        f"restart_policy: {{max_restarts: {max_restarts}, backoff_s: 0.1, backoff_max_s: 1, "
+        f"restart_policy: {{max_restarts: {max_restarts}, backoff_s: 0.1, backoff_max_s: 0.2, "
         f"heartbeat_timeout_s: {heartbeat_timeout_s}}}\n"
     )
     return path

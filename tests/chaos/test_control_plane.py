@@ -92,7 +92,11 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     job = submit_stepper(platform, tmp_path, name="api-crash", steps=steps)
     platform.wait_for(job, "RUNNING", training(1), 60)
     follower = subprocess.Popen(
-        [DLAAS, "logs", job, "--follow"], env=platform.env, stdout=subprocess.PIPE, text=True
+        [DLAAS, "logs", job, "--follow"],
+        env=platform.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(0.5)
     platform.stop_service("api", kill=True)
@@ -102,10 +106,11 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     platform.start_service("api")
     second = submit_stepper(platform, tmp_path, name="api-crash-after", steps=20)
 
-    out, _ = follower.communicate(timeout=60)
-    assert follower.returncode == 0, out[-2000:]
+    out, err = follower.communicate(timeout=60)
+    told = f"stdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}"
+    assert follower.returncode == 0, told
     numbered = [line.split()[1] for line in out.splitlines() if line.startswith("step ")]
-    assert numbered == [str(n) for n in range(1, steps + 1)]
+    assert numbered == [str(n) for n in range(1, steps + 1)], told
     assert_completed_exactly(platform, job, steps, tmp_path)
     assert_completed_exactly(platform, second, 20, tmp_path)
 

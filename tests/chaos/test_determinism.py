@@ -19,7 +19,7 @@ pytestmark = pytest.mark.chaos
 def _manifest(directory: Path) -> Path:
     text = (EXAMPLE / "manifest.yml").read_text()
     short = text.replace(
-        "--epochs 12 --seed 0", "--epochs 12 --seed 0 --max-steps 60 --step-delay 0.05"
+        "--epochs 12 --seed 0", "--epochs 12 --seed 0 --max-steps 40 --step-delay 0.05"
     ).replace("interval_s: 3", "interval_s: 1")
     assert short.count("--max-steps") == 1 and "interval_s: 1" in short
     path = directory / "digits.yml"
