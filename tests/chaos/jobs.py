@@ -8,6 +8,7 @@ the result, and no step was skipped.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,14 @@ def assert_completed_exactly(platform: Platform, job_id: str, steps: int, tmp_pa
     listed = platform.json("list")
     assert isinstance(listed, dict)
     assert [job["id"] for job in listed["jobs"]].count(job_id) == 1
-    running = [r for r in platform.learners(job_id) if r["phase"] in ("Pending", "Running")]
-    assert not running, running
+    assert_no_learner_left(platform, job_id)
     return shown
+
+
+def assert_no_learner_left(platform: Platform, job_id: str, timeout_s: float = 15) -> None:
+    """No learner of the job runs once its runners have had time to exit (each reports its
+    exit just before it does)."""
+    deadline = time.monotonic() + timeout_s
+    while running := [r for r in platform.learners(job_id) if r["phase"] in ("Pending", "Running")]:
+        assert time.monotonic() < deadline, f"learners left running: {running}"
+        time.sleep(0.1)
