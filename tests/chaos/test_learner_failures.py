@@ -14,7 +14,9 @@ import pytest
 from tests.chaos import processes
 from tests.chaos.jobs import (
     assert_completed_exactly,
+    assert_no_learner_left,
     events,
+    finish,
     kinds,
     runner_pid,
     submit_stepper,
@@ -147,3 +149,20 @@ def test_ten_kills_at_random_moments_lose_nothing(platform: Platform, tmp_path: 
     assert len(events(done, "restart")) == kills
     causes = {str(_failure(done, index)["cause"]) for index in range(kills)}
     assert causes == {"signal"}, causes
+
+
+def test_a_job_whose_restarts_ran_out_fails_saying_so(platform: Platform, tmp_path: Path) -> None:
+    job = submit_stepper(platform, tmp_path, name="restarts-run-out", steps=1000, max_restarts=1)
+    for attempt in (1, 2):
+        platform.wait_for(job, f"attempt {attempt} running", training(attempt), 60, poll_s=0.1)
+        processes.kill_training(runner_pid(platform, job, attempt))
+
+    done = finish(platform, job)
+    assert done["job"]["state"] == "FAILED", done["job"]
+    assert done["job"]["reason"].endswith("no restarts left (1 of 1 used)"), done["job"]
+    assert "killed by SIGKILL" in done["job"]["reason"]
+    assert [e["kind"] for e in done["events"] if "restart" in e["kind"]] == [
+        "restart",
+        "restart_refused",
+    ]
+    assert_no_learner_left(platform, job)
