@@ -10,16 +10,28 @@ over TCP (`exchange`, `transport`, `peers`), snapshot to the checkpoint store
 cluster backend runs one.
 """
 
-from learner_image.ps.client import ParameterServer, TorchParameterServer, attach
-from learner_image.ps.layout import SGD, Adam, Mode, ModelLayout, OptimizerConfig
+from __future__ import annotations
 
-__all__ = [
-    "SGD",
-    "Adam",
-    "Mode",
-    "ModelLayout",
-    "OptimizerConfig",
-    "ParameterServer",
-    "TorchParameterServer",
-    "attach",
-]
+from typing import Any
+
+_EXPORTS = {
+    "SGD": "layout",
+    "Adam": "layout",
+    "Mode": "layout",
+    "ModelLayout": "layout",
+    "OptimizerConfig": "layout",
+    "ParameterServer": "client",
+    "TorchParameterServer": "client",
+    "attach": "client",
+    "read_model": "model_file",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that a backend can import `learner_image.ps.sidecar` without numpy.
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"learner_image.ps.{_EXPORTS[name]}"), name)

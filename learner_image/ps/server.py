@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -434,9 +435,10 @@ def serve(config: ServerConfig, stop: threading.Event) -> None:
     server.run(stop)
 
 
-def supervise(argv: Sequence[str]) -> int:
+def supervise(argv: Sequence[str], exit_with: int | None = None) -> int:
     """Run the server as a child and start it again whenever it dies of anything but a stop
-    (what a kubelet does for a sidecar container)."""
+    (what a kubelet does for a sidecar container); with `exit_with`, stop once that process
+    (the learner's runner) has exited."""
     child_argv = [a for a in argv if a != "--supervise"]
     stopping = threading.Event()
     child: subprocess.Popen[bytes] | None = None
@@ -448,6 +450,8 @@ def supervise(argv: Sequence[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if exit_with is not None:
+        threading.Thread(target=_wait_exit, args=(exit_with,), daemon=True).start()
     backoff = 0.2
     while not stopping.is_set():
         child = subprocess.Popen([sys.executable, "-m", "learner_image.ps.server", *child_argv])
@@ -460,12 +464,25 @@ def supervise(argv: Sequence[str]) -> int:
     return 0
 
 
+def _wait_exit(pid: int) -> None:
+    """Wait for `pid` to exit, then stop this supervisor (SIGTERM to itself)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+        os.close(fd)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = parse_config(args)
     if config.supervise:
-        sys.exit(supervise(args))
+        exit_with = os.environ.get("DLAAS_PS_EXIT_WITH")
+        sys.exit(supervise(args, int(exit_with) if exit_with else None))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())

@@ -1,0 +1,79 @@
+"""How a cluster backend runs the `dlaas-ps` sidecar beside a learner: pure functions.
+
+A learner spec whose environment has `DLAAS_PS_MODE` (set by `learner_specs` from the
+manifest's `parameter_server` block) gets a sidecar. Both the learner and the sidecar need
+the same `DLAAS_PS_DIR` (on the shared /dev/shm); the sidecar also needs the learner's
+`TRAINING_ID`, `LEARNER_ID`/`RANK`, `NUM_LEARNERS`, `GPU_COUNT`, the storage settings (for
+its snapshots) and the way to its peers:
+
+- local backend: `DLAAS_PS_PEERS_DIR` (a directory of the job's attempt) and
+  `DLAAS_PS_LISTEN=127.0.0.1:0`;
+- Kubernetes: `DLAAS_PS_PEERS` = `kubernetes_peers(...)` (the learners' names under the
+  job's headless Service) and a container port `PORT`.
+
+The command is `dlaas-ps` (the local backend adds `--supervise`, restarting it as a
+kubelet restarts a sidecar container); everything else comes from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from learner_image.ps.server_config import DEFAULT_PORT
+
+COMMAND = ("dlaas-ps",)
+PORT = DEFAULT_PORT
+SHM = Path("/dev/shm")
+SIDECAR_ENV = (
+    "TRAINING_ID",
+    "LEARNER_ID",
+    "RANK",
+    "NUM_LEARNERS",
+    "GPU_COUNT",
+    "DLAAS_CHECKPOINT_INTERVAL",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "PYTHONUNBUFFERED",
+)
+
+
+def wanted(env: Mapping[str, str]) -> bool:
+    return bool(env.get("DLAAS_PS_MODE"))
+
+
+def region_directory(job: str, learner: int, attempt: int) -> Path:
+    return SHM / f"dlaas-ps-{job}-{learner}-a{attempt}"
+
+
+def kubernetes_peers(job: str, namespace: str, learners: int, port: int = PORT) -> str:
+    """`DLAAS_PS_PEERS` for pods named `learner-N` under the headless Service `dlaas-JOB`."""
+    return ",".join(
+        f"learner-{n}.dlaas-{job}.{namespace}.svc:{port}" for n in range(1, learners + 1)
+    )
+
+
+def sidecar_env(learner_env: Mapping[str, str], placement: Mapping[str, str]) -> dict[str, str]:
+    """The sidecar's environment: the learner's parameter-server, storage and identity
+    variables, plus the backend's `placement` (region directory, peers, listen address)."""
+    env = {
+        key: value
+        for key, value in learner_env.items()
+        if key.startswith("DLAAS_") or key in SIDECAR_ENV
+    }
+    env.update(placement)
+    return env
+
+
+def local_placement(job: str, learner: int, attempt: int, peers_dir: Path) -> dict[str, str]:
+    """What the local backend adds for both the learner and its sidecar."""
+    return {
+        "DLAAS_PS_DIR": str(region_directory(job, learner, attempt)),
+        "DLAAS_PS_PEERS_DIR": str(peers_dir),
+        "DLAAS_PS_LISTEN": "127.0.0.1:0",
+    }
