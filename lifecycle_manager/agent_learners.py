@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from learner_image.ps import sidecar
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.job_progress import describe_exit
 
@@ -48,6 +49,7 @@ WORK_SUBDIRS = {
     "CHECKPOINT_DIR": "checkpoints",
 }
 RUNNER_LOG = "runner.log"
+PS_LOG = "ps.log"
 # Variables of the agent's own environment a learner inherits; everything else it gets
 # from its spec, as a pod gets only what its manifest says.
 INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
@@ -275,9 +277,31 @@ class LearnerTable:
         record.start_ticks = process_start_ticks(process.pid)
         record.phase = LearnerPhase.RUNNING.value
         self._limit(process.pid, spec.resources)
+        if sidecar.wanted(spec.env):
+            self._start_parameter_server(record, env, process.pid)
         threading.Thread(
             target=self._reap, args=(record, process), name=f"reap-{record.name}", daemon=True
         ).start()
+
+    def _start_parameter_server(
+        self, record: LearnerRecord, env: dict[str, str], pgid: int
+    ) -> None:
+        """The `dlaas-ps` sidecar: `--supervise` restarts it if it dies and ends it when the
+        learner's runner `pgid` exits, as a sidecar container ends with its pod."""
+        with open(Path(record.workdir) / PS_LOG, "ab") as output:
+            try:
+                subprocess.Popen(
+                    [*sidecar.COMMAND, "--supervise"],
+                    cwd=record.workdir,
+                    env=sidecar.sidecar_env(env, {"DLAAS_PS_EXIT_WITH": str(pgid)}),
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as error:
+                log.warning("could not start the parameter server of %s: %s", record.name, error)
 
     def _environment(self, record: LearnerRecord, spec: LearnerSpec) -> dict[str, str]:
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
@@ -289,6 +313,9 @@ class LearnerTable:
             env[name] = str(Path(record.workdir) / sub)
         env["MASTER_ADDR"] = "127.0.0.1"
         env["MASTER_PORT"] = str(record.master_port)
+        if sidecar.wanted(spec.env):
+            peers = self.root / "jobs" / record.job / f"ps-peers-a{record.attempt}"
+            env.update(sidecar.local_placement(record.job, record.learner, record.attempt, peers))
         cpus = spec.resources.cpus
         if cpus and "OMP_NUM_THREADS" not in spec.env:
             env["OMP_NUM_THREADS"] = str(max(1, min(math.ceil(cpus), os.cpu_count() or 1)))
@@ -443,6 +470,10 @@ class LearnerTable:
         port_key = f"{record.job}/a{record.attempt}"
         if not any(f"{r.job}/a{r.attempt}" == port_key for r in self._records.values()):
             self._ports.pop(port_key, None)
+        shutil.rmtree(
+            sidecar.region_directory(record.job, record.learner, record.attempt),
+            ignore_errors=True,
+        )
         if not self.keep_workdirs:
             workdir = Path(record.workdir)
             shutil.rmtree(workdir, ignore_errors=True)
