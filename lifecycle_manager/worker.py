@@ -4,7 +4,9 @@
 
 One process, one task at a time (`--pool=solo`): tasks share one event loop and database
 engine. Run more workers for more throughput; each may embed the beat, since the reconcile
-is safe to run twice. Environment: the `DLAAS_*` settings.
+is safe to run twice. Workers share nothing (tasks are idempotent and never revoked), so a
+worker starting, or reconnecting after Redis restarted, does not spend a second syncing
+with its peers (`--without-mingle --without-gossip`). Environment: the `DLAAS_*` settings.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
         "--pool=solo",
         "--loglevel=INFO",
         f"--hostname=dlaas-lm-{os.getpid()}@%h",
+        "--without-mingle",
+        "--without-gossip",
         *(["--beat"] if beat else []),
         *args,
     ]
