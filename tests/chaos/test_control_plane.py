@@ -153,7 +153,7 @@ def test_the_reconcile_stops_a_learner_of_a_deleted_job(platform: Platform, tmp_
 def test_the_reconcile_recovers_a_running_job_whose_learners_are_gone(
     platform: Platform, tmp_path: Path
 ) -> None:
-    steps = 200
+    steps = 150
     job = submit_stepper(platform, tmp_path, name="lost-node", steps=steps, heartbeat_timeout_s=60)
     platform.wait_for(job, "a checkpoint", lambda s: bool(events(s, "checkpoint")), 60)
     runner = runner_pid(platform, job, 1)
