@@ -25,6 +25,7 @@ class Timings:
     restart_grace_s: float = 2.0  # SIGTERM to SIGKILL for the learners of a broken gang
     requeue_after_s: float = 5.0  # a QUEUED job unchanged this long lost its nudge
     deploy_grace_s: float = 15.0  # a learner not seen this long after a change is lost
+    redeploy_after_s: float = 5.0  # a DEPLOYING job missing learners this long is deployed again
 
 
 @dataclass

@@ -231,13 +231,20 @@ class Observation:
 
 
 def observe_cluster(
-    job: JobView, cluster: Sequence[ClusterLearner], *, age: float, grace: float
+    job: JobView,
+    cluster: Sequence[ClusterLearner],
+    *,
+    age: float,
+    grace: float,
+    redeploy_after: float | None = None,
 ) -> Observation:
     """Compare a running job's learner rows with the cluster.
 
     A learner that never reported is given `grace` seconds from the job's last change (`age`)
-    to appear, since it may be being created right now; after that a deploying job is
-    deployed again (creation is idempotent) and a later one has lost it.
+    to appear, since it may be being created right now; after that a later job has lost it.
+    A deploying job whose learners are missing is deployed again after `redeploy_after`
+    seconds (default `grace`): creation is idempotent, so a deploy that races one still under
+    way costs nothing, while one whose worker died is not left waiting.
     """
     if job.desired is not Desired.RUN or job.state in (JobState.QUEUED, JobState.HALTED):
         return Observation()
@@ -256,6 +263,9 @@ def observe_cluster(
                 exits.append(seen)
         elif row.state is not LearnerState.PENDING:
             vanished.append(row.index)
+        elif job.state is JobState.DEPLOYING:
+            if age >= (grace if redeploy_after is None else redeploy_after):
+                not_created.append(row.index)
         elif age >= grace:
-            (not_created if job.state is JobState.DEPLOYING else vanished).append(row.index)
+            vanished.append(row.index)
     return Observation(tuple(exits), tuple(vanished), tuple(not_created))

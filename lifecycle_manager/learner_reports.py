@@ -306,7 +306,11 @@ async def apply_cluster_view(
         ]
         view = job_view(job, list(views.values()))
         seen = observe_cluster(
-            view, cluster, age=ctx.age(job.updated_at), grace=ctx.timings.deploy_grace_s
+            view,
+            cluster,
+            age=ctx.age(job.updated_at),
+            grace=ctx.timings.deploy_grace_s,
+            redeploy_after=ctx.timings.redeploy_after_s,
         )
         failures = {
             index: Failure(index, Cause.VANISHED, f"learner {index} {VANISHED}")

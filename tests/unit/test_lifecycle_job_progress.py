@@ -192,6 +192,8 @@ def test_a_deploying_job_gets_a_grace_then_a_redeploy() -> None:
     late = observe_cluster(deploying, present, age=20, grace=15)
     assert late.not_created == (2,)
     assert late.vanished == ()
+    sooner = observe_cluster(deploying, present, age=6, grace=15, redeploy_after=5)
+    assert sooner.not_created == (2,)  # its worker died mid-deploy: no need to wait 15 s
 
 
 def test_a_learner_that_never_reported_in_a_later_state_is_lost_after_the_grace() -> None:
