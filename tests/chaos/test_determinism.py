@@ -4,12 +4,16 @@ uninterrupted run: restarts lose nothing and replay nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.chaos import processes
 from tests.chaos.jobs import events, finish, runner_pid
 from tests.e2e.conftest import Platform
+
+if TYPE_CHECKING:
+    import torch
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
@@ -27,12 +31,12 @@ def _manifest(directory: Path) -> Path:
     return path
 
 
-def _weights(platform: Platform, job: str, directory: Path) -> dict[str, object]:
+def _weights(platform: Platform, job: str, directory: Path) -> dict[str, torch.Tensor]:
     import torch
 
     dest = directory / job
     platform.dlaas("download", job, "--dest", str(dest))
-    state: dict[str, object] = torch.load(dest / "model.pt", weights_only=True)
+    state: dict[str, torch.Tensor] = torch.load(dest / "model.pt", weights_only=True)
     return state
 
 
@@ -57,5 +61,4 @@ def test_weights_after_a_kill_and_resume_equal_those_of_an_uninterrupted_run(
     expected, got = _weights(platform, steady, tmp_path), _weights(platform, killed, tmp_path)
     assert expected.keys() == got.keys()
     for name, tensor in expected.items():
-        assert isinstance(tensor, torch.Tensor)
         assert torch.equal(tensor, got[name]), f"{name} differs after the kill and resume"

@@ -7,6 +7,7 @@ import random
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from tests.e2e.conftest import Platform, Shown
 pytestmark = pytest.mark.chaos
 
 
-def _checkpointed(attempt: int) -> object:
+def _checkpointed(attempt: int) -> Callable[[Shown], bool]:
     def check(shown: Shown) -> bool:
         return training(attempt)(shown) and any(
             event["detail"].get("attempt") == attempt for event in events(shown, "checkpoint")
