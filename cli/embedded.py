@@ -283,7 +283,9 @@ def _running(home: Path) -> Platform:
 
 def stop_service(home: Path, name: str, *, kill: bool = False, grace_s: float = 10.0) -> None:
     """Stop one service of the running platform: SIGTERM and SIGKILL after `grace_s`, or
-    with `kill` SIGKILL at once, as a crash would. Its record stays, for `start_service`."""
+    with `kill` SIGKILL at once, as a crash would. Its record stays, for `start_service`.
+    A platform detached from its `dlaas up` keeps running; one in the foreground of
+    `dlaas up` stops as a whole when one of its services ends."""
     platform = _running(home)
     if name not in platform.pids:
         raise PlatformError(f"the platform runs no {name!r}; it runs {', '.join(platform.pids)}")
