@@ -79,6 +79,7 @@ log = logging.getLogger("dlaas.ps")
 IDLE_WAIT_S = 0.05
 PROBE_EVERY_S = 0.02
 STOP_SNAPSHOT_WAIT_S = 60.0
+LOCK_WAIT_S = 1.0
 
 
 class ServerError(Exception):
@@ -110,8 +111,11 @@ class Server:
     # -- start-up ----------------------------------------------------------------------
 
     def open(self) -> None:
-        if not self._lock.try_acquire():
-            raise ServerError(f"another parameter server holds {self.paths.server_lock}")
+        try:
+            # a learner checking whether a server is up holds the lock for a moment
+            self._lock.acquire(LOCK_WAIT_S, "another parameter server holds it")
+        except TimeoutError as error:
+            raise ServerError(str(error)) from None
         c = self.config
         control = Control.open(self.paths) if self.paths.control.exists() else None
         if control is not None and (control.slots_count, control.mode, control.staleness) != (
@@ -135,7 +139,9 @@ class Server:
         server[S_PID] = os.getpid()
         epoch = int(server[S_EPOCH])
         if self.snapshots is not None:
-            self._snapshotter = Snapshotter(self.snapshots, c.snapshot_interval_s, epoch)
+            self._snapshotter = Snapshotter(
+                self.snapshots, c.snapshot_interval_s, epoch, self._snapshot_stored
+            )
         log.info(
             "dlaas-ps %s: %d slot(s), mode %s, staleness %d, epoch %d",
             self.paths.root,
@@ -375,7 +381,10 @@ class Server:
         if self._snapshotter is None:
             return
         self._snapshotter.take(time.monotonic(), self._capture)
-        self.control.server[S_SNAPSHOT] = self.version
+
+    def _snapshot_stored(self, snapshot: Snapshot) -> None:
+        """Publish the version a restarted server would now restore."""
+        self.control.server[S_SNAPSHOT] = snapshot.version
 
     def _capture(self) -> Snapshot:
         files = self.files

@@ -181,10 +181,17 @@ class SnapshotStore:
 class Snapshotter:
     """Takes a snapshot when one is due and uploads it in the background, one at a time."""
 
-    def __init__(self, store: SnapshotStore, interval_s: float, epoch: int) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        interval_s: float,
+        epoch: int,
+        on_stored: Callable[[Snapshot], None] | None = None,
+    ) -> None:
         self.store = store
         self.interval_s = interval_s
         self.epoch = epoch
+        self.on_stored = on_stored
         self._idle = threading.Event()
         self._idle.set()
         self._last = 0.0
@@ -205,6 +212,8 @@ class Snapshotter:
         try:
             self.last_name = self.store.save(snapshot, self.epoch)
             self.taken += 1
+            if self.on_stored is not None:
+                self.on_stored(snapshot)
         except Exception:
             log.exception("snapshot of version %d not stored", snapshot.version)
         finally:

@@ -18,6 +18,8 @@ from learner_image.ps.region import (
     L_COMMITTED,
     S_APPLIED,
     S_LOST,
+    S_MODEL,
+    S_PID,
     S_SNAPSHOT,
     V_IN_WEIGHTS,
     W_SEQ,
@@ -34,7 +36,9 @@ from tests.integration.ps_harness import (
 )
 from tests.integration.ps_stress_learner import BLOCK
 
-TARGET = 5000
+# Two learners push about 30,000 updates a second here: enough that the server is killed
+# well before they are done, so they must wait for its successor to finish.
+TARGET = 60_000
 
 
 @pytest.fixture
@@ -88,6 +92,7 @@ def test_killed_server_restores_its_snapshot_and_learners_continue(
             60,
             "a snapshot",
         )
+        assert all(p.poll() is None for p in learners), "the learners finished before the kill"
         first.kill()
         first.wait()
         # As if it died in the middle of an update: the weights are torn, so the next
@@ -97,6 +102,11 @@ def test_killed_server_restores_its_snapshot_and_learners_continue(
         applied_at_kill = int(ctl.server[S_APPLIED])
 
         second = process_server(args, log)
+        wait_for(
+            lambda: int(ctl.server[S_PID]) == second.pid and int(ctl.server[S_MODEL]) == 1,
+            30,
+            "the new server to serve the restored model",
+        )
         for process in learners:
             assert process.wait(90) == 0  # they waited for the new server, then finished
         wait_for(lambda: drained(ctl), 30, "the last gradients")
