@@ -40,8 +40,8 @@ from bench._load_client import LoadResult, LoadSpec, multipart_body, run_load
 from bench._py_spy_profile import find_py_spy, hottest_functions, start_recording
 
 TARGET_SUBMISSIONS_PER_S = 180.0
-TARGET_GET_P99_MS = 20.0
-TARGET_GET16_P99_MS = 100.0
+TARGET_GET_P99_MS = 10.0
+TARGET_GET16_P99_MS = 75.0
 
 # Processes whose CPU use each phase reports (besides the API's and the clients' own).
 SERVICE_PROCESSES = ("postgres", "redis-server")
