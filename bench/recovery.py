@@ -23,10 +23,10 @@ the program) and, per kill:
   rendezvous, data, checkpoint load, one step); `torch_import_s`, `python -c "import
   torch"` timed in the same run, is the bulk of it;
 - `lost_work_s`: training time redone: the kill's time - the time the restored checkpoint's
-  step was printed (or the attempt's first step, if it trained nothing newer). At most one
-  checkpoint interval plus a step when checkpoints are taken when due and every committed
-  one reaches the object store before the kill; a runner killed outright may not have
-  uploaded the newest (it polls every 0.5 s).
+  step was printed (or the attempt's first step, if it trained nothing newer). The SDK's
+  `CheckpointTimer` saves early enough that a checkpoint is uploaded (the runner looks for
+  new ones every 0.1 s) before the interval since the previous one's state has passed, so
+  this stays within one checkpoint interval while steps and saves keep their pace.
 
 It also samples the node agent to see whether learners of two attempts of the job ever ran
 at once, and counts the jobs the platform lists against the one submitted.

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from learner_image.background import Background, Periodic
 from learner_image.exit_report import describe_exit, signal_name
 from learner_image.runner_config import RunnerConfig, RunnerFailure, child_env, parse_config
+from learner_image.sdk.timer import UPLOAD_POLL_S
 
 if TYPE_CHECKING:
     import subprocess
@@ -80,7 +81,6 @@ if TYPE_CHECKING:
 EXIT_RUNNER_FAILURE = 3
 HEARTBEAT_S = 2.0
 LOG_UPLOAD_S = 10.0
-CHECKPOINT_POLL_S = 0.5
 FETCH_POLL_S = 0.05
 
 
@@ -330,7 +330,7 @@ class Runner:
         reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
         reader.start()
         ckpt_poll = (
-            Periodic("dlaas-checkpoints", CHECKPOINT_POLL_S, uploader.sync_once)
+            Periodic("dlaas-checkpoints", UPLOAD_POLL_S, uploader.sync_once)
             if uploader is not None
             else None
         )

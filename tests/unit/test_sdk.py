@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from learner_image import sdk
 from learner_image.metric_lines import format_metric_line, parse_metric_line
 from learner_image.sdk.checkpoints import COMMITTED, verify_checkpoint
+from learner_image.sdk.timer import UPLOAD_POLL_S
 
 LEARNER_VARS = (
     "TRAINING_ID",
@@ -345,17 +347,57 @@ def test_pruning_spares_newer_partial_and_removes_dead_temp_dirs(ckpt_dir: Path)
 # --- when to checkpoint --------------------------------------------------------------------
 
 
-def test_checkpoint_timer_with_a_fake_clock() -> None:
+def run_with_timer(
+    timer: sdk.CheckpointTimer, now: list[float], step_s: float, save_s: float, steps: int
+) -> list[tuple[float, float]]:
+    """Train `steps` steps on a fake clock; (state time, commit time) of every checkpoint."""
+    saved = []
+    for _ in range(steps):
+        now[0] += step_s
+        if timer.due():
+            state_at = now[0]
+            now[0] += save_s
+            timer.reset()
+            saved.append((state_at, now[0]))
+    return saved
+
+
+def test_checkpoint_timer_saves_in_time_for_the_interval() -> None:
+    """However long steps and saves take, no moment is further than the interval from the
+    state of a checkpoint the platform holds (committed and uploaded)."""
+    for step_s, save_s in [(0.05, 0.01), (0.3, 0.2), (1.0, 0.0), (0.01, 0.5)]:
+        now = [100.0]
+        timer = sdk.CheckpointTimer(5.0, clock=lambda now=now: now[0])
+        saved = run_with_timer(timer, now, step_s, save_s, int(60 / step_s))
+        assert len(saved) >= 10
+        # from the first save on, whose cost the timer has then measured
+        held_from = saved[0][0]
+        for state_at, committed_at in saved[1:]:
+            uploaded_at = committed_at + save_s + UPLOAD_POLL_S
+            assert uploaded_at - held_from <= 5.0 + 1e-9, (step_s, save_s)
+            held_from = state_at
+        # and it does not save much more often than it must
+        gaps = [b[0] - a[0] for a, b in pairwise(saved[1:])]
+        assert min(gaps) >= 5.0 - 2 * (step_s + 2 * save_s + UPLOAD_POLL_S)
+
+
+def test_checkpoint_timer_off_and_measuring() -> None:
     now = [100.0]
+    assert not sdk.CheckpointTimer(0, clock=lambda: now[0]).due()
     timer = sdk.CheckpointTimer(5.0, clock=lambda: now[0])
     assert not timer.due()
-    now[0] = 104.9
-    assert not timer.due()
-    now[0] = 105.0
+    for second in (101.0, 102.0, 103.0):
+        now[0] = second
+        assert not timer.due()
+    assert timer.step_s == 1.0
+    now[0] = 104.0  # the next step would end at 105, and its upload later: save now
     assert timer.due()
+    now[0] = 104.5
     timer.reset()
+    assert timer.save_s == 0.5
+    now[0] = 105.0
     assert not timer.due()
-    assert not sdk.CheckpointTimer(0, clock=lambda: now[0]).due()
+    assert timer.step_s == 0.5  # measured from the end of the save
 
 
 def test_timer_and_checkpoint_due_read_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
