@@ -1,6 +1,7 @@
 """The processes `bench/ps.py` starts: learners pushing to dlaas-ps, and the baselines.
 
     python -m bench._ps_workers push --dir D --slot N --numel N --seconds S [--latency]
+                                     [--control FILE]
     python -m bench._ps_workers gloo --rank R --port P --numel N --iterations K --windows W
     python -m bench._ps_workers rpc --rank R --port P --numel N --seconds S
     python -m bench._ps_workers recv --port P --numel N --ready FILE
@@ -34,8 +35,19 @@ def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result), flush=True)
 
 
+def control_word(path: Path | None) -> str:
+    """`run`, `pause` or `stop`: what the benchmark wrote in the learner's control file."""
+    if path is None:
+        return "run"
+    try:
+        return path.read_text().strip() or "run"
+    except FileNotFoundError:
+        return "run"
+
+
 def push(args: argparse.Namespace) -> None:
-    """A learner whose gradient is already computed: commit, wait for release, again."""
+    """A learner whose gradient is already computed: commit, wait for release, again.
+    With `--control FILE`, it parks between pushes while FILE says `pause`, ends on `stop`."""
     from learner_image.ps.client import ParameterServer
     from learner_image.ps.layout import SGD, ModelLayout
 
@@ -47,7 +59,14 @@ def push(args: argparse.Namespace) -> None:
     pushes = 0
     started = time.perf_counter()
     deadline = started + args.seconds
+    control = Path(args.control) if args.control else None
     while time.perf_counter() < deadline and (args.count is None or pushes < args.count):
+        word = control_word(control)
+        if word == "stop":
+            break
+        if word == "pause":
+            time.sleep(0.005)
+            continue
         began = time.perf_counter()
         client.push()
         if args.latency:
@@ -241,6 +260,7 @@ def main() -> None:
     a.add_argument("--seconds", type=float, required=True)
     a.add_argument("--count", type=int, default=None)
     a.add_argument("--latency", action="store_true")
+    a.add_argument("--control", default="")
     a = sub.add_parser("gloo")
     a.add_argument("--rank", type=int, required=True)
     a.add_argument("--port", type=int, required=True)

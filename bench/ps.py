@@ -7,7 +7,13 @@
    repeats of each, the best of them). An in-place apply moves the bytes of one copy, so
    `copy_bandwidth / model_bytes` updates per second is the memory-bound ceiling.
 2. dlaas-ps, async, 100 MB fp32 model, 2 learners whose gradient is already computed:
-   gradients applied per second (the server's applied counter over windows; median).
+   gradients applied per second (the server's applied counter over 2 s windows). The
+   server and its learners run for the whole benchmark, the learners parked while anything
+   else is measured; each window follows a sample of the ceiling (1.), and the windows come
+   in rounds before, between and after the baselines (3., 4.), so the memory bandwidth
+   other tenants leave this machine moves the figures and their baselines alike.
+   `updates_per_s` is the median window, `fraction_of_ceiling` the median of each window
+   over the ceiling sampled just before it.
 3. torch.distributed gloo all-reduce of the same tensor between 2 processes: one
    all-reduce aggregates 2 gradients.
 4. A torch.distributed.rpc parameter server: 2 learners `rpc_sync` their gradient to a
@@ -99,17 +105,19 @@ def result(process: subprocess.Popen[str], timeout: float = 180.0) -> dict[str, 
     return parsed
 
 
-def copy_bandwidth(numel: int, repeats: int) -> dict[str, float]:
-    """Bytes per second of the best copy method (median of its repeats)."""
-    threads = len(os.sched_getaffinity(0))
-    torch.set_num_threads(threads)
-    source, target = torch.ones(numel), torch.empty(numel)
-    src, dst = source.numpy(), target.numpy()
-    target.copy_(source)
+class CopyMeter:
+    """The machine's copy bandwidth, sampled whenever asked (two model-sized buffers)."""
 
-    bounds = [numel * i // threads for i in range(threads + 1)]
+    def __init__(self, numel: int) -> None:
+        self.numel = numel
+        self.threads = len(os.sched_getaffinity(0))
+        torch.set_num_threads(self.threads)
+        self.source, self.target = torch.ones(numel), torch.empty(numel)
+        self.target.copy_(self.source)
 
-    def numpy_threads() -> None:
+    def _numpy_threads(self) -> None:
+        src, dst = self.source.numpy(), self.target.numpy()
+        bounds = [self.numel * i // self.threads for i in range(self.threads + 1)]
         jobs = [
             threading.Thread(target=np.copyto, args=(dst[a:b], src[a:b]))
             for a, b in itertools.pairwise(bounds)
@@ -119,18 +127,20 @@ def copy_bandwidth(numel: int, repeats: int) -> dict[str, float]:
         for job in jobs:
             job.join()
 
-    methods = {
-        "torch_copy": lambda: target.copy_(source),
-        "numpy_copy_1_thread": lambda: np.copyto(dst, src),
-        "numpy_copy_threads": numpy_threads,
-    }
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(repeats):
-        for name, method in methods.items():
-            began = time.perf_counter()
-            method()
-            times[name].append(time.perf_counter() - began)
-    return {name: numel * 4 / median(values) for name, values in times.items()}
+    def sample(self, repeats: int) -> dict[str, float]:
+        """Bytes per second of each copy method now (the median of its repeats)."""
+        methods = {
+            "torch_copy": lambda: self.target.copy_(self.source),
+            "numpy_copy_1_thread": lambda: np.copyto(self.target.numpy(), self.source.numpy()),
+            "numpy_copy_threads": self._numpy_threads,
+        }
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        for _ in range(repeats):
+            for name, method in methods.items():
+                began = time.perf_counter()
+                method()
+                times[name].append(time.perf_counter() - began)
+        return {name: self.numel * 4 / median(values) for name, values in times.items()}
 
 
 def start_server(directory: Path, slots: int, threads: int) -> subprocess.Popen[bytes]:
@@ -165,43 +175,110 @@ def stop(process: subprocess.Popen[Any]) -> None:
             process.wait()
 
 
-def ps_throughput(base: Path, windows: int, window_s: float) -> dict[str, Any]:
-    directory = base / "big"
-    server = start_server(directory, 2, len(os.sched_getaffinity(0)))
-    seconds = 6.0 + windows * window_s
-    learners = [
-        worker(
-            "push",
-            "--dir",
-            str(directory),
-            "--slot",
-            str(i),
-            "--numel",
-            str(MODEL_FLOATS),
-            "--seconds",
-            str(seconds),
-        )
-        for i in range(2)
-    ]
-    try:
-        while not (directory / "control").exists():
+class PsLoad:
+    """dlaas-ps (async, 2 slots) with 2 learners pushing a 100 MB gradient; the learners park
+    between pushes while anything else is measured, so the server is idle then."""
+
+    def __init__(self, base: Path) -> None:
+        self.directory = base / "big"
+        self.switch = base / "big-learners"
+        self.server: subprocess.Popen[bytes] | None = None
+        self.learners: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> PsLoad:
+        self.switch.write_text("run")
+        self.server = start_server(self.directory, 2, len(os.sched_getaffinity(0)))
+        self.learners = [
+            worker(
+                "push",
+                "--dir",
+                str(self.directory),
+                "--slot",
+                str(i),
+                "--numel",
+                str(MODEL_FLOATS),
+                "--seconds",
+                "900",
+                "--control",
+                str(self.switch),
+            )
+            for i in range(2)
+        ]
+        while not (self.directory / "control").exists():
             time.sleep(0.05)
-        control = Control.open(RegionPaths(directory))
-        while int(control.server[S_APPLIED]) < 20:  # warm-up: every page mapped and touched
+        self.control = Control.open(RegionPaths(self.directory))
+        while self.applied < 20:  # warm-up: every page mapped and touched
             time.sleep(0.05)
-        rates = []
-        for _ in range(windows):
-            before, began = int(control.server[S_APPLIED]), time.perf_counter()
-            time.sleep(window_s)
-            after, ended = int(control.server[S_APPLIED]), time.perf_counter()
-            rates.append((after - before) / (ended - began))
-        for learner in learners:
-            result(learner)
-    finally:
-        for process in [*learners, server]:
-            stop(process)
-        shutil.rmtree(directory, ignore_errors=True)
-    return {"updates_per_s": median(rates), "updates_per_s_windows": rates}
+        self.pause()
+        return self
+
+    @property
+    def applied(self) -> int:
+        return int(self.control.server[S_APPLIED])
+
+    def pause(self) -> None:
+        """Park the learners and wait until the server has applied what was in flight."""
+        self.switch.write_text("pause")
+        last = self.applied
+        while True:
+            time.sleep(0.1)
+            if self.applied == last:
+                return
+            last = self.applied
+
+    def window(self, seconds: float) -> float:
+        """Gradients applied per second over `seconds` of pushing."""
+        self.switch.write_text("run")
+        start = self.applied
+        while self.applied < start + 2:  # both learners going again
+            time.sleep(0.001)
+        before, began = self.applied, time.perf_counter()
+        time.sleep(seconds)
+        after, ended = self.applied, time.perf_counter()
+        self.pause()
+        return (after - before) / (ended - began)
+
+    def __exit__(self, *exc: object) -> None:
+        self.switch.write_text("stop")
+        try:
+            if exc[0] is None:
+                for learner in self.learners:
+                    result(learner)  # they ran cleanly to the end
+        finally:
+            for process in [*self.learners, *([self.server] if self.server else [])]:
+                stop(process)
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def ps_rounds(
+    load: PsLoad, meter: CopyMeter, rounds: int, window_s: float
+) -> list[tuple[dict[str, float], float]]:
+    """Copy bandwidth (the server idle) then the server's rate, `rounds` times in turn."""
+    found = []
+    for _ in range(rounds):
+        bandwidth = meter.sample(repeats=3)
+        found.append((bandwidth, load.window(window_s)))
+    return found
+
+
+def ps_figures(rounds: list[tuple[dict[str, float], float]]) -> dict[str, Any]:
+    methods = rounds[0][0].keys()
+    by_method = {m: median([b[m] for b, _ in rounds]) for m in methods}
+    best = [max(b.values()) for b, _ in rounds]
+    rates = [rate for _, rate in rounds]
+    ceiling = median(best) / (MODEL_FLOATS * 4)
+    return {
+        "memcpy_gb_per_s": median(best) / 1e9,
+        "memcpy_gb_per_s_rounds": [b / 1e9 for b in best],
+        "copy_gb_per_s_by_method": {k: v / 1e9 for k, v in by_method.items()},
+        "ceiling_updates_per_s": ceiling,
+        "updates_per_s": median(rates),
+        "updates_per_s_windows": rates,
+        # each window against the ceiling measured just before it
+        "fraction_of_ceiling": median(
+            [rate / (b / (MODEL_FLOATS * 4)) for b, rate in zip(best, rates, strict=True)]
+        ),
+    }
 
 
 def small_latency(base: Path, batches: int, per_batch: int, warm_up: int = 500) -> dict[str, Any]:
@@ -314,25 +391,31 @@ def transfer_rates(base: Path, messages: int, windows: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--windows", type=int, default=5, help="throughput windows per measure")
+    p.add_argument("--windows", type=int, default=5, help="baseline windows per measure")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="dlaas-ps rounds before, between, after baselines"
+    )
     args = p.parse_args()
     load_before = os.getloadavg()
     base = Path(tempfile.mkdtemp(prefix="dlaas-bench-ps-", dir="/dev/shm"))
     figures: dict[str, Any] = {"model_bytes": MODEL_FLOATS * 4, "cores": os.cpu_count()}
     try:
-        bandwidth = copy_bandwidth(MODEL_FLOATS, repeats=9)
-        best = max(bandwidth.values())
-        figures["memcpy_gb_per_s"] = best / 1e9
-        figures["copy_gb_per_s_by_method"] = {k: v / 1e9 for k, v in bandwidth.items()}
-        figures["ceiling_updates_per_s"] = best / (MODEL_FLOATS * 4)
-        print(f"copy bandwidth {figures['copy_gb_per_s_by_method']} GB/s", flush=True)
-
-        figures.update(ps_throughput(base, args.windows, 2.0))
-        print(f"dlaas-ps async: {figures['updates_per_s']:.1f} gradients/s", flush=True)
-        figures["gloo_gradients_per_s"] = gloo_rate(iterations=4, windows=args.windows)
-        print(f"gloo all-reduce: {figures['gloo_gradients_per_s']:.1f} gradients/s", flush=True)
-        figures["rpc_gradients_per_s"] = rpc_rate(seconds=8.0)
-        print(f"torch rpc PS: {figures['rpc_gradients_per_s']:.2f} gradients/s", flush=True)
+        meter = CopyMeter(MODEL_FLOATS)
+        with PsLoad(base) as load:
+            rounds = ps_rounds(load, meter, args.rounds, 2.0)
+            figures["gloo_gradients_per_s"] = gloo_rate(iterations=4, windows=args.windows)
+            print(f"gloo all-reduce: {figures['gloo_gradients_per_s']:.1f} gradients/s")
+            rounds += ps_rounds(load, meter, args.rounds, 2.0)
+            figures["rpc_gradients_per_s"] = rpc_rate(seconds=8.0)
+            print(f"torch rpc PS: {figures['rpc_gradients_per_s']:.2f} gradients/s", flush=True)
+            rounds += ps_rounds(load, meter, args.rounds, 2.0)
+        del meter
+        figures.update(ps_figures(rounds))
+        print(
+            "dlaas-ps async: {updates_per_s:.1f} gradients/s; copy {memcpy_gb_per_s:.1f} GB/s; "
+            "{fraction_of_ceiling:.2f} of the ceiling".format(**figures),
+            flush=True,
+        )
 
         figures.update(small_latency(base, batches=args.windows, per_batch=1000))
         print(f"1 MB push p99 {figures['small_push_p99_ms']:.3f} ms", flush=True)
@@ -348,7 +431,6 @@ def main() -> None:
 
     figures["ratio_vs_gloo"] = figures["updates_per_s"] / figures["gloo_gradients_per_s"]
     figures["ratio_vs_rpc"] = figures["updates_per_s"] / figures["rpc_gradients_per_s"]
-    figures["fraction_of_ceiling"] = figures["updates_per_s"] / figures["ceiling_updates_per_s"]
     figures["transport_ratio_vs_socket"] = (
         figures["ps_transfer_gb_per_s"] / figures["socket_transfer_gb_per_s"]
     )
