@@ -6,7 +6,10 @@ the weights and the optimizer state once and writes the weights and state once, 
 torch's threads splitting the vector. Several gradients applied as one update (sync mode,
 or gradients that must land together) are summed cache-block by cache-block into a scratch
 block the size of one chunk, and each block goes through the same kernel while it is hot:
-still one pass over memory, and no temporary the size of the model.
+still one pass over memory, and no temporary the size of the model. Several gradients
+applied as updates of their own, one after another (asynchronous mode draining every ready
+slot), also share one pass: each block takes them in turn while it is hot, which for these
+element-wise rules is exactly applying them one by one.
 """
 
 from __future__ import annotations
@@ -73,6 +76,20 @@ class Kernel:
             for grad in grads[2:]:
                 total.add_(grad[block])
             self._update(block, total, lr)
+
+    def apply_each(self, grads: Sequence[torch.Tensor], lrs: Sequence[float]) -> None:
+        """Updates of their own, in order (`grads[i]` with `lrs[i]`), in one pass."""
+        if len(grads) == 1:
+            self.apply(grads, lrs[0])
+            return
+        first = float(self.step)
+        numel = self.weights.numel()
+        for start in range(0, numel, CHUNK):
+            block = slice(start, min(start + CHUNK, numel))
+            for i, (grad, lr) in enumerate(zip(grads, lrs, strict=True)):
+                self.step.fill_(first + i + 1)  # the count Adam's bias correction reads
+                self._update(block, grad[block], lr)
+        self.step.fill_(first + len(grads))
 
     def _update(self, block: slice, grad: torch.Tensor, lr: float) -> None:
         c = self.config

@@ -290,8 +290,7 @@ class Server:
             self.config.mode, self.config.staleness, self.version, views, remote
         )
         if decision is not None:
-            chosen, with_remote = decision
-            self._apply([views[i] for i in chosen], with_remote)
+            self._apply([views[i] for i in decision.slots], decision)
             views = self.views()
             progressed = True
         return self._release(views) or progressed
@@ -321,34 +320,41 @@ class Server:
                 log.info("learner of slot %d is gone", i)
         return gone
 
-    def _apply(self, views: Sequence[policy.SlotView], with_remote: bool) -> None:
+    def _apply(self, views: Sequence[policy.SlotView], group: policy.Group) -> None:
         slots = self.control.slots
         header = self.files.weights_header
         before = self.version
         grads = [self._grads[v.index] for v in views]
         lrs = [float(slots[v.index].lr[0]) for v in views]
-        lr = sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr
         header[W_SEQ] = int(header[W_SEQ]) + 1
-        if self.exchange is not None and self.config.mode is Mode.SYNC and views:
-            grads, lr, gate = self.exchange.sync_round(grads, lr)
-            self.kernel.apply(grads, lr, gate)
-            self.exchange.end_round()
+        if group.summed or not views:
+            lr = sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr
+            if self.exchange is not None and self.config.mode is Mode.SYNC and views:
+                grads, lr, gate = self.exchange.sync_round(grads, lr)
+                self.kernel.apply(grads, lr, gate)
+                self.exchange.end_round()
+            else:
+                self.kernel.apply(grads, lr)
+            applied_at = [before] * len(views)
+            updates = 1
         else:
-            self.kernel.apply(grads, lr)
-        if with_remote and self.exchange is not None:
+            self.kernel.apply_each(grads, lrs)
+            applied_at = [before + i for i in range(len(views))]
+            updates = len(views)
+        if group.with_remote and self.exchange is not None:
             self.exchange.apply_remote()
         server = self.control.server
-        for v in views:
+        for v, at in zip(views, applied_at, strict=True):
             slot = slots[v.index].server
-            staleness = max(0, before - v.read_version)
+            staleness = max(0, at - v.read_version)
             slot[V_DRAINED] = v.committed
             slot[V_IN_WEIGHTS] = int(slot[V_IN_WEIGHTS]) + 1
             slot[V_STALENESS] = staleness
-            slot[V_APPLIED_AT] = before
+            slot[V_APPLIED_AT] = at
             if staleness > int(server[S_MAX_STALENESS]):
                 server[S_MAX_STALENESS] = staleness
         server[S_APPLIED] = int(server[S_APPLIED]) + len(views)
-        header[W_VERSION] = before + 1
+        header[W_VERSION] = before + updates
         header[W_SEQ] = int(header[W_SEQ]) + 1
         if self.exchange is not None and views and self.config.mode is not Mode.SYNC:
             self.exchange.local_update()

@@ -44,6 +44,30 @@ def test_kernel_matches_torch_optimizers(config: object) -> None:
     torch.testing.assert_close(weights, reference.detach(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "config", [SGD(lr=0.1), SGD(lr=0.1, momentum=0.9, weight_decay=0.01), Adam(lr=0.01)]
+)
+def test_updates_fused_in_one_pass_equal_applying_them_one_by_one(config: object) -> None:
+    torch.manual_seed(1)
+    numel = 2 * CHUNK + 37
+    grads = [torch.randn(numel) for _ in range(3)]
+    lrs = [0.1, 0.05, 0.2]
+    start = torch.randn(numel)
+    kernels = []
+    for _ in range(2):
+        states = [torch.zeros(numel) for _ in range(config.states)]  # type: ignore[attr-defined]
+        kernels.append(Kernel(config, start.clone(), states, torch.zeros(1)))  # type: ignore[arg-type]
+    fused, one_by_one = kernels
+    for _ in range(2):  # twice: the step count carries on from the first round
+        fused.apply_each(grads, lrs)
+        for grad, lr in zip(grads, lrs, strict=True):
+            one_by_one.apply([grad], lr)
+    assert torch.equal(fused.weights, one_by_one.weights)
+    for a, b in zip(fused.states, one_by_one.states, strict=True):
+        assert torch.equal(a, b)
+    assert float(fused.step) == float(one_by_one.step) == 6.0
+
+
 def test_configuration_from_the_environment_and_its_errors() -> None:
     env = {
         "TRAINING_ID": "j1",
