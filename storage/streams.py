@@ -7,7 +7,8 @@ Keys:
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
 
-Clients come from `client`/`async_client`, which survive a Redis restart. Key names and
+Clients come from `client`/`async_client`, which survive a Redis restart; the consumer
+group helpers create the stream and group again when a restart lost them (`NOGROUP`). Key names and
 record encoding are pure functions. Every I/O helper has a sync twin (for
 `redis.Redis`) and an async twin named with an `a` prefix (for `redis.asyncio.Redis`); both
 build their arguments and decode their answers with the same functions, so only the call to
@@ -19,9 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import time as clock
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
+
+from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -300,6 +303,19 @@ def _is_busy_group(exc: Exception) -> bool:
     return "BUSYGROUP" in str(exc)
 
 
+def _is_missing_group(exc: Exception) -> bool:
+    """Redis lost the stream or its group (it restarted without its data, or was flushed)."""
+    return "NOGROUP" in str(exc)
+
+
+def _group_lost(group: str) -> None:
+    log.warning(
+        "the consumer group %s of %s is gone (Redis lost its data?); creating it again",
+        group,
+        LEARNER_EVENTS,
+    )
+
+
 # -- clients -----------------------------------------------------------------------------------
 
 RECONNECT_RETRIES: Final = 3
@@ -384,6 +400,20 @@ def ensure_learner_group(redis: Redis, group: str, start_id: StreamId = "0") -> 
             raise
 
 
+def _in_group(redis: Redis, group: str, command: Callable[[], Any]) -> Any:
+    """Run a command of the consumer group; if Redis lost the group (and likely the stream:
+    it restarted without its data), create both again and run the command once more. The
+    new group starts at '0': every event in the new stream came after the loss."""
+    try:
+        return command()
+    except ResponseError as exc:
+        if not _is_missing_group(exc):
+            raise
+    _group_lost(group)
+    ensure_learner_group(redis, group)
+    return command()
+
+
 def read_learner_events(
     redis: Redis,
     group: str,
@@ -396,8 +426,10 @@ def read_learner_events(
     """Events delivered to `consumer`: new ones, or with `pending=True` those it was given
     before and has not acknowledged (read these first after a restart). Acknowledge each
     event with `ack_learner_events` once handled; entries that are not events are
-    acknowledged and dropped here."""
-    answer = redis.xreadgroup(**_xreadgroup_kwargs(group, consumer, block_ms, count, pending))
+    acknowledged and dropped here. A group Redis lost is created again (see
+    `_in_group`)."""
+    kwargs = _xreadgroup_kwargs(group, consumer, block_ms, count, pending)
+    answer = _in_group(redis, group, lambda: redis.xreadgroup(**kwargs))
     events, rejected = _events(_stream_entries(answer))
     if rejected:
         redis.xack(LEARNER_EVENTS, group, *rejected)
@@ -409,7 +441,8 @@ def claim_learner_events(
 ) -> list[tuple[StreamId, LearnerEvent]]:
     """Take over events other consumers were given but left unacknowledged for
     `min_idle_ms` (a consumer that died mid-way)."""
-    answer = redis.xautoclaim(**_xautoclaim_kwargs(group, consumer, min_idle_ms, count))
+    kwargs = _xautoclaim_kwargs(group, consumer, min_idle_ms, count)
+    answer = _in_group(redis, group, lambda: redis.xautoclaim(**kwargs))
     events, rejected = _events(_claimed_entries(answer))
     if rejected:
         redis.xack(LEARNER_EVENTS, group, *rejected)
@@ -491,6 +524,18 @@ async def aensure_learner_group(redis: AsyncRedis, group: str, start_id: StreamI
             raise
 
 
+async def _ain_group(redis: AsyncRedis, group: str, command: Callable[[], Awaitable[Any]]) -> Any:
+    """`_in_group` for asyncio."""
+    try:
+        return await command()
+    except ResponseError as exc:
+        if not _is_missing_group(exc):
+            raise
+    _group_lost(group)
+    await aensure_learner_group(redis, group)
+    return await command()
+
+
 async def aread_learner_events(
     redis: AsyncRedis,
     group: str,
@@ -501,7 +546,8 @@ async def aread_learner_events(
     pending: bool = False,
 ) -> list[tuple[StreamId, LearnerEvent]]:
     kwargs = _xreadgroup_kwargs(group, consumer, block_ms, count, pending)
-    events, rejected = _events(_stream_entries(await redis.xreadgroup(**kwargs)))
+    answer = await _ain_group(redis, group, lambda: redis.xreadgroup(**kwargs))
+    events, rejected = _events(_stream_entries(answer))
     if rejected:
         await redis.xack(LEARNER_EVENTS, group, *rejected)
     return events
@@ -511,7 +557,8 @@ async def aclaim_learner_events(
     redis: AsyncRedis, group: str, consumer: str, min_idle_ms: int, count: int = 100
 ) -> list[tuple[StreamId, LearnerEvent]]:
     kwargs = _xautoclaim_kwargs(group, consumer, min_idle_ms, count)
-    events, rejected = _events(_claimed_entries(await redis.xautoclaim(**kwargs)))
+    answer = await _ain_group(redis, group, lambda: redis.xautoclaim(**kwargs))
+    events, rejected = _events(_claimed_entries(answer))
     if rejected:
         await redis.xack(LEARNER_EVENTS, group, *rejected)
     return events

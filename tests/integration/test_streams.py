@@ -211,6 +211,19 @@ def test_learner_events_with_a_consumer_group(redis_client: redis.Redis, job_id:
     redis_client.xgroup_destroy(streams.LEARNER_EVENTS, group)
 
 
+def test_a_lost_consumer_group_is_created_again(redis_client: redis.Redis, job_id: str) -> None:
+    group = f"test-{secrets.token_hex(4)}"
+    streams.ensure_learner_group(redis_client, group, start_id="$")
+    redis_client.delete(streams.LEARNER_EVENTS)  # the stream and its groups: a Redis restart
+    assert streams.claim_learner_events(redis_client, group, "manager", min_idle_ms=0) == []
+    redis_client.delete(streams.LEARNER_EVENTS)
+    assert streams.read_learner_events(redis_client, group, "manager", block_ms=10) == []
+    event = streams.status_event(job_id, 1, 1, "RUNNING")
+    event_id = streams.publish_learner_event(redis_client, event)
+    assert streams.read_learner_events(redis_client, group, "manager") == [(event_id, event)]
+    redis_client.xgroup_destroy(streams.LEARNER_EVENTS, group)
+
+
 async def test_async_learner_events(aredis: redis.asyncio.Redis, job_id: str) -> None:
     group = f"test-{secrets.token_hex(4)}"
     await streams.aensure_learner_group(aredis, group, start_id="$")

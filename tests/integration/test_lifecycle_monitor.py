@@ -1,0 +1,60 @@
+"""The monitor service loop (`Monitor.run`) against the real Redis and database."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+
+from lifecycle_manager.context import Context
+from lifecycle_manager.monitor import Monitor
+from storage import jobs as repo
+from storage import streams
+from storage.job_states import JobState
+from tests.integration import test_lifecycle_harness as harness
+from tests.integration.test_lifecycle_harness import eventually
+from tests.integration.test_lifecycle_operations import is_state, make_job
+
+shared_agent = harness.shared_agent
+agent = harness.agent
+database_url = harness.database_url
+ctx = harness.ctx
+
+
+@pytest.fixture
+async def running_monitor(ctx: Context) -> AsyncIterator[Monitor]:
+    monitor = Monitor(ctx, f"test-{secrets.token_hex(4)}")
+    stop = asyncio.Event()
+    task = asyncio.create_task(monitor.run(stop))
+    try:
+        yield monitor
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+
+
+async def deploying_job(ctx: Context) -> str:
+    """A job as `deploy_job` leaves it: DEPLOYING attempt 1, its learner PENDING."""
+    job_id = await make_job(ctx, "sleep 30")
+    async with ctx.sessions.begin() as session:
+        await repo.transition(session, job_id, JobState.DEPLOYING, "creating learners", attempt=1)
+        await repo.reset_learners(session, job_id, 1, 1)
+    return job_id
+
+
+async def test_the_monitor_goes_on_after_redis_lost_the_stream_and_its_group(
+    ctx: Context, running_monitor: Monitor
+) -> None:
+    job_id = await deploying_job(ctx)
+    await streams.apublish_learner_event(
+        ctx.redis, streams.status_event(job_id, 1, 1, "DOWNLOADING")
+    )
+    await eventually(is_state(ctx, job_id, JobState.DOWNLOADING), 10, "the first event")
+
+    # What a Redis restarted without its data looks like: no stream, no consumer group.
+    await ctx.redis.delete(streams.LEARNER_EVENTS)
+    await asyncio.sleep(1.5)  # the monitor reads (and used to fail) at least once meanwhile
+    await streams.apublish_learner_event(ctx.redis, streams.status_event(job_id, 1, 1, "RUNNING"))
+    await eventually(is_state(ctx, job_id, JobState.RUNNING), 10, "an event after the loss")
