@@ -18,7 +18,12 @@ from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from lifecycle_manager.backends.base import BackendUnavailable
+from lifecycle_manager.backends.base import BackendUnavailable, NoCapacity
+from lifecycle_manager.capacity_wait import (
+    CAPACITY_RETRY_S,
+    requeue_for_capacity,
+    waiting_for_capacity,
+)
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import ENDING, Desired, LearnerState
 from lifecycle_manager.learner_specs import learner_specs
@@ -42,6 +47,8 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
     """QUEUED -> DEPLOYING with a new attempt, then create every learner of it (a gang).
 
     Run again on a DEPLOYING job, it creates whatever learner of the attempt is missing.
+    A gang the cluster cannot hold yet goes back to QUEUED and keeps its attempt
+    (`capacity_wait`).
     """
     async with ctx.sessions.begin() as session:
         job = await repo.get_job_any(session, job_id)
@@ -51,7 +58,8 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome(f"not deploying: the job is to {job.desired}")
         attempt = job.attempt
         if job.state in (JobState.QUEUED, JobState.RECOVERING):
-            attempt += 1
+            if not await waiting_for_capacity(session, job):
+                attempt += 1
             moved = await repo.transition(
                 session,
                 job_id,
@@ -76,6 +84,10 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         )
     try:
         created = await ctx.backend.create_learners(specs)
+    except NoCapacity as refusal:
+        async with ctx.sessions.begin() as session:
+            await requeue_for_capacity(session, job_id, attempt, refusal)
+        return Outcome(f"waiting for capacity: {refusal}", retry_after=CAPACITY_RETRY_S)
     except BackendUnavailable as error:
         async with ctx.sessions.begin() as session:
             job = await repo.get_job_any(session, job_id)

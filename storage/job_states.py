@@ -19,6 +19,10 @@
    any non-final state --(unrecoverable error / restarts exhausted)--> FAILED
 ```
 
+DEPLOYING goes back to QUEUED when gang admission refuses: the cluster cannot hold all of
+the job's learners at once, so none is created and the job waits, with the reason, until
+a later deploy finds room (a partial gang would hold resources it cannot use).
+
 COMPLETED and FAILED are final. The lifecycle manager applies a transition with a
 conditional update (`WHERE state IN predecessors(target)`), so two workers racing on
 the same job cannot both win.

@@ -16,6 +16,8 @@ from typing import Any
 
 from lifecycle_manager import operations
 from lifecycle_manager.context import Context
+from lifecycle_manager.reconcile import reconcile
+from storage import jobs as repo
 from storage.job_states import JobState
 from tests.integration import kube_harness
 from tests.integration.kube_harness import (
@@ -291,7 +293,14 @@ async def test_one_passing_error_is_retried_within_the_call(
     assert len(pods_of(emulator, namespace, job_id)) == 2
 
 
-async def test_a_gang_the_nodes_cannot_hold_waits_without_creating_anything(
+async def learner_rows(ctx: Context, job_id: str) -> dict[int, tuple[int, str]]:
+    async with ctx.sessions() as session:
+        return {
+            row.index: (row.attempt, row.state) for row in await repo.learners_of(session, job_id)
+        }
+
+
+async def test_a_gang_the_nodes_cannot_hold_waits_queued_without_creating_anything(
     kube_ctx: Context, emulator: RunningEmulator, namespace: str
 ) -> None:
     core = core_api(emulator.url)
@@ -299,15 +308,34 @@ async def test_a_gang_the_nodes_cannot_hold_waits_without_creating_anything(
     for name in ("gpu-a", "gpu-b"):
         core.create_node(node(name, {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
     job_id = await make_job(kube_ctx, "python train.py", learners=3, gpus=2, cpus=4)
-    outcome = await operations.deploy_job(kube_ctx, job_id)
-    assert outcome.retry_after is not None
-    job = await load(kube_ctx, job_id)
-    assert "the cluster cannot hold all 3 learners at once (room for 2)" in job.reason
-    assert not pods_of(emulator, namespace, job_id)
-    assert not emulator.objects("secrets", namespace)
+    pending = {n: (1, "PENDING") for n in (1, 2, 3)}
+    for _try in range(2):  # refused again and again: still the one attempt, still waiting
+        outcome = await operations.deploy_job(kube_ctx, job_id)
+        assert outcome.retry_after is not None
+        job = await load(kube_ctx, job_id)
+        assert (job.state, job.attempt) == (JobState.QUEUED, 1)
+        assert job.reason.startswith(
+            "waiting for capacity: the cluster cannot hold all 3 learners at once (room for 2)"
+        )
+        assert ("state", job.reason) in await events(kube_ctx, job_id)
+        assert await learner_rows(kube_ctx, job_id) == pending
+        assert not pods_of(emulator, namespace, job_id)
+        assert not emulator.objects("secrets", namespace)
+
     core.create_node(node("gpu-c", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
-    outcome = await operations.deploy_job(kube_ctx, job_id)
-    assert outcome.message == "attempt 1: 3 of 3 learners created"
+    report = await reconcile(kube_ctx)  # the sweep that deploys QUEUED jobs
+    assert report.deployed == [job_id]
+    job = await load(kube_ctx, job_id)
+    assert (job.state, job.attempt) == (JobState.DEPLOYING, 1)
+    assert [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)] == [
+        f"dlaas-{job_id}-learner-{n}-a1" for n in (1, 2, 3)
+    ]
+    assert await learner_rows(kube_ctx, job_id) == pending
+    assert (
+        "learners_created",
+        f"created 3 learners: dlaas-{job_id}-learner-1-a1, "
+        f"dlaas-{job_id}-learner-2-a1, dlaas-{job_id}-learner-3-a1",
+    ) in await events(kube_ctx, job_id)
 
 
 async def test_the_watch_lists_again_when_its_resource_version_expires(
