@@ -7,7 +7,8 @@ Reads the stream `dlaas:learner-events` in the consumer group `lifecycle` and ac
 an event only after its database write committed, so a crash redelivers it (handling is
 idempotent). On start it first re-reads what it had been given but not acknowledged, and it
 claims events another consumer left unacknowledged for a while. Told to stop (SIGTERM), it
-first handles the events already in the stream, for up to a few seconds. Environment: the `DLAAS_*`
+first handles the events already in the stream, for up to a few seconds. Every pass of its
+loop refreshes `DLAAS_LIVENESS_FILE` (if set) for a liveness probe. Environment: the `DLAAS_*`
 settings (database, Redis, cluster backend).
 """
 
@@ -26,6 +27,7 @@ from redis.exceptions import RedisError
 from lifecycle_manager.context import Context, open_context
 from lifecycle_manager.heartbeats import check_heartbeats
 from lifecycle_manager.learner_reports import apply_learner_event
+from lifecycle_manager.liveness import Heartbeat
 from storage import streams
 from storage.migrate import upgrade
 from storage.settings import Settings
@@ -46,9 +48,10 @@ Entries = list[tuple[streams.StreamId, streams.LearnerEvent]]
 
 
 class Monitor:
-    def __init__(self, ctx: Context, consumer: str) -> None:
+    def __init__(self, ctx: Context, consumer: str, heartbeat: Heartbeat | None = None) -> None:
         self.ctx = ctx
         self.consumer = consumer
+        self.heartbeat = heartbeat or Heartbeat(ctx.settings.liveness_file)
         self.failures: Counter[str] = Counter()
         self._backlog = True  # re-read our own unacknowledged events first
         # Since when Redis has answered without a break (learners are heard through it).
@@ -59,6 +62,7 @@ class Monitor:
         loop = asyncio.get_running_loop()
         next_claim = next_beat_check = 0.0
         while not stop.is_set():
+            self.heartbeat.beat()
             try:
                 if loop.time() >= next_claim:
                     await self.claim_stale()

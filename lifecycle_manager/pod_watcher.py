@@ -8,8 +8,9 @@ the same stream the node agent and the runners write and the monitor reads: a le
 container that started (`status` DOWNLOADING), a pod that finished or vanished (`exit`, with
 the exit code and the cluster's reason, `source=kubernetes`). Cluster happenings a user
 should see (FailedScheduling, ImagePullBackOff, ...) become job events of kind `cluster`.
-Run one per namespace; a second one only repeats events, which the monitor ignores.
-Environment: the `DLAAS_*` settings (database, Redis, `DLAAS_KUBE_*`).
+Run one per namespace; a second one only repeats events, which the monitor ignores. While
+its watch thread and its delivery run, it refreshes `DLAAS_LIVENESS_FILE` (if set) for a
+liveness probe. Environment: the `DLAAS_*` settings (database, Redis, `DLAAS_KUBE_*`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from lifecycle_manager.backends.kubernetes.client import Caller, api_client
 from lifecycle_manager.backends.kubernetes.pod_events import JobNotice, Output, PodTracker
 from lifecycle_manager.backends.kubernetes.watch import PodWatch
+from lifecycle_manager.liveness import Heartbeat, keep_beating
 from storage import jobs as repo
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
@@ -118,13 +120,19 @@ async def serve(settings: Settings) -> None:
     done = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
-    start_watch(watcher, Forwarder(tracker, loop, queue), stop)
+    thread = start_watch(watcher, Forwarder(tracker, loop, queue), stop)
     delivery = asyncio.create_task(deliver(queue, redis, make_sessionmaker(engine)))
+    alive = asyncio.create_task(
+        keep_beating(
+            Heartbeat(settings.liveness_file), lambda: thread.is_alive() and not delivery.done()
+        )
+    )
     log.info("watching learner pods in namespace %s", settings.kube_namespace)
     try:
         await done.wait()
     finally:
         stop.set()
+        alive.cancel()
         delivery.cancel()
         await redis.aclose()
         await engine.dispose()

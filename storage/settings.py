@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     kube_request_timeout_s: float = 10.0
     kube_image_pull_timeout_s: float = 300.0  # a learner whose image cannot be pulled fails
 
+    # A file the monitor, beat and pod watcher keep refreshing while alive (exec probes).
+    liveness_file: Path | None = None
+
     max_archive_bytes: int = 256 * 1024 * 1024
     max_archive_files: int = 10_000
     max_archive_unpacked_bytes: int = 2 * 1024 * 1024 * 1024

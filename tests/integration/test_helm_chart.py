@@ -4,14 +4,20 @@ values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are d
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from celery import beat
 
 from storage.settings import Settings
 from tests.kube import rbac
@@ -160,6 +166,40 @@ def test_images_probes_and_security(rendered: dict[str, list[dict[str, Any]]]) -
         assert container["image"] == expected
     api = objects[("Deployment", f"{RELEASE}-api")]["spec"]["template"]["spec"]["containers"][0]
     assert api["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+@pytest.mark.parametrize("component", ["beat", "monitor", "pod-watcher"])
+def test_beat_monitor_and_pod_watcher_are_probed_on_their_heartbeat(
+    rendered: dict[str, list[dict[str, Any]]], component: str, tmp_path: Path
+) -> None:
+    pod = by_kind(rendered["default"])[("Deployment", f"{RELEASE}-{component}")]["spec"]
+    [container] = pod["template"]["spec"]["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    heartbeat = PurePosixPath(env["DLAAS_LIVENESS_FILE"])
+    mounts = [PurePosixPath(mount["mountPath"]) for mount in container["volumeMounts"]]
+    assert any(heartbeat.is_relative_to(mount) for mount in mounts)  # writable: a volume
+    for kind in ("startupProbe", "livenessProbe"):
+        probe = container[kind]["exec"]["command"]
+        assert probe[:4] == ["python", "-m", "lifecycle_manager.liveness", str(heartbeat)]
+        assert probe[4] == "--max-age" and 10 <= float(probe[5]) <= 300
+    liveness = container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 120
+    if component == "beat":
+        command = container["command"]
+        scheduler = command[command.index("--scheduler") + 1]
+        module, name = scheduler.split(":")
+        assert issubclass(getattr(importlib.import_module(module), name), beat.Scheduler)
+
+    # The probe command itself, run here on a file of our own.
+    local = tmp_path / "alive"
+    probe = container["livenessProbe"]["exec"]["command"]
+    run = [sys.executable, *probe[1:3], str(local), *probe[4:]]
+    repo = CHART.parents[1]
+    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 1  # never refreshed
+    local.touch()
+    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 0
+    os.utime(local, (time.time() - 2 * float(probe[5]),) * 2)
+    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 1  # hung or dead
 
 
 def test_the_role_allows_what_the_backend_does_and_no_more(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from lifecycle_manager import liveness
 from lifecycle_manager.context import Context
-from lifecycle_manager.monitor import Monitor
+from lifecycle_manager.liveness import Heartbeat
+from lifecycle_manager.monitor import BLOCK_MS, Monitor
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState
@@ -58,3 +61,28 @@ async def test_the_monitor_goes_on_after_redis_lost_the_stream_and_its_group(
     await asyncio.sleep(1.5)  # the monitor reads (and used to fail) at least once meanwhile
     await streams.apublish_learner_event(ctx.redis, streams.status_event(job_id, 1, 1, "RUNNING"))
     await eventually(is_state(ctx, job_id, JobState.RUNNING), 10, "an event after the loss")
+
+
+async def test_the_probe_sees_the_monitor_alive_and_then_hung(ctx: Context, tmp_path: Path) -> None:
+    path = tmp_path / "alive"
+    monitor = Monitor(ctx, f"test-{secrets.token_hex(4)}", Heartbeat(path, every_s=0.1))
+    probe = [str(path), "--max-age", "1"]
+    stop, unblock = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(monitor.run(stop))
+    try:
+        await eventually(lambda: asyncio.sleep(0, liveness.main(probe) == 0), 5, "a heartbeat")
+        await asyncio.sleep(1.5)
+        assert liveness.main(probe) == 0  # refreshed all along
+
+        real_step = monitor.step
+
+        async def hung_step(block_ms: int = BLOCK_MS) -> int:
+            await unblock.wait()  # as a read or a database write that never returns
+            return await real_step(block_ms)
+
+        monitor.step = hung_step  # type: ignore[method-assign]
+        await eventually(lambda: asyncio.sleep(0, liveness.main(probe) == 1), 5, "staleness")
+    finally:
+        stop.set()
+        unblock.set()
+        await asyncio.wait_for(task, timeout=15)

@@ -94,6 +94,29 @@ volumeMounts:
     mountPath: /tmp
 {{- end -}}
 
+{{/*
+Exec probes on the heartbeat file a lifecycle-manager process (beat, monitor, pod watcher)
+refreshes from its working loop (lifecycle_manager/liveness.py): a process that died or
+hangs stops refreshing it and is restarted. The startup probe covers the database migration
+each runs before its loop.
+*/}}
+{{- define "dlaas.livenessFile" -}}/tmp/dlaas-alive{{- end -}}
+{{- define "dlaas.heartbeatProbes" -}}
+{{- $probe := list "python" "-m" "lifecycle_manager.liveness" (include "dlaas.livenessFile" .) "--max-age" (toString .Values.liveness.maxAgeSeconds) -}}
+startupProbe:
+  exec:
+    command: {{ toJson $probe }}
+  periodSeconds: 5
+  timeoutSeconds: 10
+  failureThreshold: 60
+livenessProbe:
+  exec:
+    command: {{ toJson $probe }}
+  periodSeconds: {{ .Values.liveness.periodSeconds }}
+  timeoutSeconds: 10
+  failureThreshold: 3
+{{- end -}}
+
 {{- define "dlaas.postgresqlName" -}}{{ include "dlaas.fullname" . }}-postgresql{{- end -}}
 {{- define "dlaas.redisName" -}}{{ include "dlaas.fullname" . }}-redis{{- end -}}
 {{- define "dlaas.s3Name" -}}{{ include "dlaas.fullname" . }}-s3{{- end -}}
