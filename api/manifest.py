@@ -255,6 +255,9 @@ class Checkpoint(_Strict):
     keep: Annotated[int, Field(ge=1, le=100)] = 2
 
 
+ExitCode = Annotated[int, Field(ge=1, le=255)]
+
+
 class RestartPolicy(_Strict):
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     backoff_s: Annotated[float, Field(ge=0, le=3_600)] = 1.0
@@ -264,6 +267,19 @@ class RestartPolicy(_Strict):
     identical_failures: Annotated[int, Field(ge=2, le=100)] = 2
     # A learner silent (no heartbeat) this long is hung: it is killed and restarted.
     heartbeat_timeout_s: Annotated[float, Field(ge=2, le=86_400)] = 30.0
+    # What a failure restarts: every learner (gang: torch.distributed), or only the failed
+    # one, each learner keeping checkpoints of its own (learner: independent learners).
+    scope: Literal["gang", "learner"] = "gang"
+    # Exit codes that fail the job at once instead of restarting (the program saying it
+    # cannot go on, e.g. 2 for a bad argument).
+    fail_on_exit_codes: Annotated[list[ExitCode], Field(max_length=255)] = Field(
+        default_factory=list
+    )
+
+    @field_validator("fail_on_exit_codes")
+    @classmethod
+    def _distinct(cls, codes: list[int]) -> list[int]:
+        return sorted(set(codes))
 
     @model_validator(mode="after")
     def _ordered(self) -> RestartPolicy:
@@ -450,7 +466,14 @@ _FIXES: dict[str, str] = {
     ),
     "environment": "give a mapping of NAME: value",
     "checkpoint": "allowed keys: interval_s (seconds, > 0) and keep (how many to keep, >= 1)",
-    "restart_policy": "allowed keys: max_restarts, backoff_s, backoff_max_s",
+    "restart_policy.scope": (
+        "use gang (a failure restarts every learner) or learner (only the failed one)"
+    ),
+    "restart_policy.fail_on_exit_codes": "give a list of exit codes from 1 to 255, e.g. [2]",
+    "restart_policy": (
+        "allowed keys: max_restarts, backoff_s, backoff_max_s, identical_failures, "
+        "heartbeat_timeout_s, scope (gang or learner) and fail_on_exit_codes"
+    ),
     "parameter_server": "allowed keys: mode (async, sync or bounded) and staleness",
     "elastic": "allowed keys: min_learners and max_learners",
 }

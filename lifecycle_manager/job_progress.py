@@ -3,7 +3,9 @@
 The monitor (learner events), the reconcile (what the cluster shows) and the tests call the
 same functions; none of them touches the database, the cluster or a clock.
 
-Learner rows move like this (one row per learner, reset for every attempt):
+Learner rows move like this (one row per learner, reset whenever that learner is created
+again: for every attempt of a gang, or alone when a `restart_policy.scope: learner` job
+restarts just that learner; a row's `attempt` is the attempt its learner was created in):
 
 ```
  PENDING --> DOWNLOADING --> RUNNING --> STORING --(exit 0)--> SUCCEEDED
@@ -80,6 +82,7 @@ class Desired(StrEnum):
 
 class Action(StrEnum):
     STOP_LEARNERS = "stop_learners"
+    STOP_FAILED_LEARNER = "stop_failed_learner"  # only `Decision.failed_learner`
     RESTART = "restart"  # deploy the next attempt (after `Decision.delay_s`)
 
 
@@ -89,6 +92,8 @@ class LearnerView:
     state: LearnerState
     exit_code: int | None = None
     reason: str = ""
+    signal: str | None = None  # known only as the exit is reported
+    oom_killed: bool | None = None  # the cluster's word on it, where it gives one
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,7 @@ class ClusterLearner:
     exit_code: int | None = None
     signal: str | None = None
     reason: str = ""
+    oom_killed: bool | None = None
 
 
 @dataclass(frozen=True)

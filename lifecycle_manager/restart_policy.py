@@ -5,6 +5,8 @@
       |
       +-- interrupted (stopped by the platform while the job should run)? --yes--+
       |                                                                          |
+      +-- exit code in fail_on_exit_codes? --yes--> FAILED at once               |
+      |                                                                          |
       +-- no restarts left? --yes--> FAILED "restarts exhausted"                 |
       |                                                                          |
       +-- the program's own error repeating? --yes--> FAILED "the same failure   |
@@ -16,7 +18,15 @@
  DEPLOYING the next attempt (its runners restore the newest committed checkpoint)
 ```
 
-Signals, out-of-memory kills, missing heartbeats and vanished learners come from the
+The policy's `scope` says what a restart re-creates: `gang` (the default, for
+torch.distributed jobs whose learners cannot go on without each other) stops every learner
+and deploys them all again from the gang's checkpoint; `learner` (independent learners)
+stops and re-creates only the failed learner, from its own newest checkpoint, while the
+others keep running. Counting, backoff and the identical-failure check are per job either way.
+
+A program that exits with a code listed in `fail_on_exit_codes` said it cannot go on (a bad
+argument, missing data): the job fails at once, whatever restarts are left. Signals,
+out-of-memory kills, missing heartbeats and vanished learners come from the
 machine, not from the program, so they never count as a repeating program error. An
 interruption (the platform or the cluster stopped a learner the job still wants: `dlaas
 down`, a node drained) is no failure at all: the job resumes without using a restart. The
@@ -31,7 +41,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from lifecycle_manager.job_progress import Action, Decision
+from lifecycle_manager.job_progress import OOM_EXIT_CODE, Action, Decision
 from storage.job_states import JobState
 
 
@@ -44,6 +54,11 @@ class Cause(StrEnum):
     INTERRUPTED = "interrupted"  # stopped on a request that was not the lifecycle manager's
 
 
+class RestartScope(StrEnum):
+    GANG = "gang"  # a failure restarts every learner (torch.distributed)
+    LEARNER = "learner"  # a failure restarts only the failed learner (independent learners)
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     max_restarts: int = 3
@@ -51,6 +66,8 @@ class RestartPolicy:
     backoff_max_s: float = 60.0
     identical_failures: int = 2
     heartbeat_timeout_s: float = 30.0
+    scope: RestartScope = RestartScope.GANG
+    fail_on_exit_codes: frozenset[int] = frozenset()
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> RestartPolicy:
@@ -58,7 +75,20 @@ class RestartPolicy:
         if not isinstance(block, Mapping):
             return cls()
         known = {k: block[k] for k in cls.__dataclass_fields__ if k in block}
+        if "scope" in known:
+            known["scope"] = RestartScope(known["scope"])
+        if "fail_on_exit_codes" in known:
+            known["fail_on_exit_codes"] = frozenset(int(c) for c in known["fail_on_exit_codes"])
         return cls(**known)
+
+
+def learners_to_restart(
+    scope: RestartScope, failed_learner: int | None, num_learners: int
+) -> tuple[int, ...]:
+    """The learners a restart stops and re-creates: the whole gang, or the failed one."""
+    if scope is RestartScope.LEARNER and failed_learner is not None:
+        return (failed_learner,)
+    return tuple(range(1, num_learners + 1))
 
 
 @dataclass(frozen=True)
@@ -71,6 +101,7 @@ class Failure:
     exit_code: int | None = None
     last_line: str = ""
     checkpoint: str | None = None  # the newest committed checkpoint when it failed
+    signal: str | None = None  # the signal that ended it, if one did
 
     @property
     def signature(self) -> str:
@@ -92,6 +123,7 @@ class Failure:
             "exit_code": self.exit_code,
             "last_line": self.last_line,
             "checkpoint": self.checkpoint,
+            "signal": self.signal,
         }
 
     @classmethod
@@ -103,6 +135,7 @@ class Failure:
             exit_code=detail.get("exit_code"),
             last_line=str(detail.get("last_line", "")),
             checkpoint=detail.get("checkpoint"),
+            signal=detail.get("signal"),
         )
 
 
@@ -113,12 +146,26 @@ class RestartVerdict:
     delay_s: float = 0.0
 
 
-def classify(exit_code: int | None, signal: str | None, *, vanished: bool = False) -> Cause:
+def classify(
+    exit_code: int | None,
+    signal: str | None,
+    *,
+    vanished: bool = False,
+    oom_killed: bool | None = None,
+) -> Cause:
+    """The cause of a learner's end.
+
+    `oom_killed`: what the cluster says (Kubernetes' container reason `OOMKilled`), or None
+    where it says nothing (the local backend): then an exit 137 with no signal recorded is
+    taken for the likely out-of-memory kill it usually is.
+    """
+    if oom_killed:
+        return Cause.OOM
     # A program that ends by itself has an exit code; none, and no signal, means the
     # cluster lost the learner (it ended while its node agent was down).
     if vanished or (exit_code is None and not signal):
         return Cause.VANISHED
-    if exit_code == 137 and not signal:
+    if oom_killed is None and exit_code == OOM_EXIT_CODE and not signal:
         return Cause.OOM
     if signal or (exit_code is not None and exit_code > 128):
         return Cause.SIGNAL
@@ -139,6 +186,12 @@ def decide_restart(
     policy: RestartPolicy, failure: Failure, history: Sequence[Failure]
 ) -> RestartVerdict:
     """Restart or give up, given this failure and the ones before it (oldest first)."""
+    if failure.cause is not Cause.INTERRUPTED and failure.exit_code in policy.fail_on_exit_codes:
+        return RestartVerdict(
+            False,
+            f"{failure.reason}; exit code {failure.exit_code} is one of "
+            "restart_policy.fail_on_exit_codes, so the job fails without a restart",
+        )
     used = sum(1 for earlier in history if earlier.cause is not Cause.INTERRUPTED)
     if failure.cause is not Cause.INTERRUPTED and used >= policy.max_restarts:
         return RestartVerdict(
@@ -175,14 +228,16 @@ def decide_restart(
 def with_restart_policy(
     decision: Decision, policy: RestartPolicy, failure: Failure, history: Sequence[Failure]
 ) -> tuple[Decision, RestartVerdict]:
-    """Turn a learner failure's FAILED decision into RECOVERING when the policy allows."""
+    """Turn a learner failure's FAILED decision into RECOVERING when the policy allows:
+    stopping the gang, or (scope `learner`) only the failed learner, then the restart."""
     verdict = decide_restart(policy, failure, history)
     if not verdict.restart:
         return replace(decision, reason=verdict.reason), verdict
+    stop = Action.STOP_LEARNERS if policy.scope is RestartScope.GANG else Action.STOP_FAILED_LEARNER
     restarting = Decision(
         JobState.RECOVERING,
         verdict.reason,
-        (Action.STOP_LEARNERS, Action.RESTART),
+        (stop, Action.RESTART),
         failed_learner=decision.failed_learner,
         delay_s=verdict.delay_s,
     )

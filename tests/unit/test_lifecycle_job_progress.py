@@ -213,3 +213,13 @@ def test_stopping_and_finished_learners_are_not_lost() -> None:
     ending = job(JobState.RUNNING, L.STOPPING, L.SUCCEEDED, L.FAILED)
     seen = observe_cluster(ending, [], age=100, grace=15)
     assert seen.vanished == ()
+
+
+def test_a_job_whose_one_learner_is_created_again_returns_to_running_with_it() -> None:
+    # Scope `learner`: learner 1 ran on while learner 2 was replaced.
+    assert decide(job(JobState.DEPLOYING, L.RUNNING, L.PENDING)).target is JobState.DOWNLOADING
+    assert decide(job(JobState.DOWNLOADING, L.RUNNING, L.RUNNING)).target is JobState.RUNNING
+    # A learner that finished while the other was replaced stays finished.
+    assert decide(job(JobState.DOWNLOADING, L.SUCCEEDED, L.RUNNING)).target is JobState.RUNNING
+    done = decide(job(JobState.RUNNING, L.SUCCEEDED, L.SUCCEEDED))
+    assert done.target is JobState.COMPLETED

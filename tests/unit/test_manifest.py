@@ -166,6 +166,8 @@ def test_defaults() -> None:
             "backoff_max_s": 60.0,
             "identical_failures": 2,
             "heartbeat_timeout_s": 30.0,
+            "scope": "gang",
+            "fail_on_exit_codes": [],
         },
         "environment": {},
     }
@@ -414,6 +416,14 @@ def test_dlaas_blocks_accepted() -> None:
     assert parse_manifest(with_minimal("parameter_server: {mode: sync}\n")).parameter_server
 
 
+def test_restart_scope_and_exit_codes_accepted() -> None:
+    m = parse_manifest(
+        with_minimal("restart_policy: {scope: learner, fail_on_exit_codes: [3, 2, 3]}\n")
+    )
+    assert m.restart_policy.scope == "learner"
+    assert m.normalized()["restart_policy"]["fail_on_exit_codes"] == [2, 3]
+
+
 @pytest.mark.parametrize(
     ("extra", "field", "words"),
     [
@@ -421,6 +431,24 @@ def test_dlaas_blocks_accepted() -> None:
         ("checkpoint: {interval_s: 0}", "checkpoint.interval_s", "greater than 0"),
         ("checkpoint: {keep: 0}", "checkpoint.keep", "greater than or equal to 1"),
         ("restart_policy: {retries: 3}", "restart_policy.retries", "max_restarts"),
+        (
+            "restart_policy: {retries: 3}",
+            "restart_policy.retries",
+            "identical_failures, heartbeat_timeout_s, scope (gang or learner) and "
+            "fail_on_exit_codes",
+        ),
+        ("restart_policy: {scope: pod}", "restart_policy.scope", "'gang' or 'learner'"),
+        ("restart_policy: {scope: pod}", "restart_policy.scope", "learner (only the failed"),
+        (
+            "restart_policy: {fail_on_exit_codes: [0]}",
+            "restart_policy.fail_on_exit_codes[0]",
+            "exit codes from 1 to 255",
+        ),
+        (
+            "restart_policy: {fail_on_exit_codes: 2}",
+            "restart_policy.fail_on_exit_codes",
+            "valid list",
+        ),
         (
             "restart_policy: {backoff_s: 5, backoff_max_s: 1}",
             "restart_policy.backoff_max_s",

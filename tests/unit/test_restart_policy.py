@@ -3,8 +3,10 @@ from lifecycle_manager.restart_policy import (
     Cause,
     Failure,
     RestartPolicy,
+    RestartScope,
     classify,
     decide_restart,
+    learners_to_restart,
     with_restart_policy,
 )
 from storage.job_states import JobState
@@ -109,6 +111,9 @@ def test_a_failed_decision_becomes_recovering_with_a_restart() -> None:
 def test_failures_round_trip_through_event_details() -> None:
     original = Failure(3, Cause.HEARTBEAT, "hung", None, "last", "ckpt-000000000004")
     assert Failure.from_detail(original.to_detail()) == original
+    killed = Failure(1, Cause.SIGNAL, "killed", 137, signal="SIGKILL")
+    assert Failure.from_detail(killed.to_detail()) == killed
+    assert Failure.from_detail({"learner": 1, "cause": "exit"}).signal is None  # older events
 
 
 def test_interruptions_resume_without_using_restarts() -> None:
@@ -119,3 +124,78 @@ def test_interruptions_resume_without_using_restarts() -> None:
     interrupted = [failure(Cause.INTERRUPTED, f"ckpt-{i}") for i in range(5)]
     after = decide_restart(POLICY, failure(Cause.SIGNAL, "ckpt-9"), interrupted)
     assert after.reason.endswith("restart 1 of 3 from ckpt-9")
+
+
+def test_the_cluster_saying_oomkilled_is_what_makes_an_oom() -> None:
+    assert classify(137, None, oom_killed=True) is Cause.OOM
+    assert classify(None, None, oom_killed=True) is Cause.OOM
+    assert classify(1, None, oom_killed=True) is Cause.OOM  # the reason outweighs the code
+    # The cluster says it was not: a 137 is a SIGKILL from someone else.
+    assert classify(137, None, oom_killed=False) is Cause.SIGNAL
+    assert classify(1, None, oom_killed=False) is Cause.EXIT
+    # No word from the cluster (the local backend): 137 is likely out of memory.
+    assert classify(137, None, oom_killed=None) is Cause.OOM
+
+
+def test_listed_exit_codes_fail_the_job_at_once() -> None:
+    policy = RestartPolicy(max_restarts=5, fail_on_exit_codes=frozenset({2}))
+    verdict = decide_restart(policy, failure(Cause.EXIT), [])
+    assert verdict.restart  # exit code 1 is not listed
+    bad_argument = Failure(1, Cause.EXIT, "learner 1 failed: exit code 2", 2)
+    refused = decide_restart(policy, bad_argument, [])
+    assert not refused.restart
+    assert "exit code 2 is one of restart_policy.fail_on_exit_codes" in refused.reason
+    assert refused.reason.startswith("learner 1 failed: exit code 2")
+
+
+def test_listed_exit_codes_apply_whatever_ended_the_program_but_an_interruption() -> None:
+    policy = RestartPolicy(fail_on_exit_codes=frozenset({137, 143}))
+    assert not decide_restart(policy, Failure(1, Cause.SIGNAL, "killed", 137), []).restart
+    assert not decide_restart(policy, Failure(1, Cause.OOM, "oom", 137), []).restart
+    # The platform stopped it while the job should run: that is no exit of the program's.
+    assert decide_restart(policy, Failure(1, Cause.INTERRUPTED, "stopped", 143), []).restart
+
+
+def test_the_policy_reads_scope_and_exit_codes_from_the_manifest() -> None:
+    manifest = {"restart_policy": {"scope": "learner", "fail_on_exit_codes": [2, 3]}}
+    policy = RestartPolicy.from_manifest(manifest)
+    assert policy.scope is RestartScope.LEARNER
+    assert policy.fail_on_exit_codes == frozenset({2, 3})
+    assert RestartPolicy().scope is RestartScope.GANG
+    assert RestartPolicy().fail_on_exit_codes == frozenset()
+
+
+def test_a_learner_scope_restart_stops_only_the_failed_learner() -> None:
+    failed = Decision(
+        JobState.FAILED, "learner 2 failed: killed", (Action.STOP_LEARNERS,), failed_learner=2
+    )
+    policy = RestartPolicy(scope=RestartScope.LEARNER)
+    decision, verdict = with_restart_policy(failed, policy, failure(Cause.SIGNAL, "ckpt-1"), [])
+    assert verdict.restart
+    assert decision.target is JobState.RECOVERING
+    assert decision.actions == (Action.STOP_FAILED_LEARNER, Action.RESTART)
+    assert decision.failed_learner == 2
+    refused, _ = with_restart_policy(
+        failed, RestartPolicy(max_restarts=0, scope=RestartScope.LEARNER), failure(), []
+    )
+    assert refused.target is JobState.FAILED
+    assert refused.actions == (Action.STOP_LEARNERS,)  # a failed job stops every learner
+
+
+def test_a_restart_recreates_the_gang_or_the_failed_learner() -> None:
+    assert learners_to_restart(RestartScope.GANG, 2, 3) == (1, 2, 3)
+    assert learners_to_restart(RestartScope.LEARNER, 2, 3) == (2,)
+    assert learners_to_restart(RestartScope.LEARNER, None, 2) == (1, 2)  # nobody named
+
+
+def test_restart_counting_and_backoff_are_per_job_whichever_learner_failed() -> None:
+    policy = RestartPolicy(max_restarts=2, scope=RestartScope.LEARNER)
+    history = [
+        Failure(1, Cause.SIGNAL, "killed", 137, checkpoint="learner-1/ckpt-1"),
+        Failure(2, Cause.SIGNAL, "killed", 137, checkpoint="learner-2/ckpt-1"),
+    ]
+    third = Failure(1, Cause.SIGNAL, "killed", 137, checkpoint="learner-1/ckpt-2")
+    assert not decide_restart(policy, third, history).restart
+    # Each learner's checkpoints are its own progress: no backoff across learners.
+    stalled = RestartPolicy(max_restarts=9, backoff_s=1.0, scope=RestartScope.LEARNER)
+    assert decide_restart(stalled, third, history).delay_s == 0.0
