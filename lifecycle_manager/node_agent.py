@@ -10,7 +10,8 @@ re-adopts the learners it started before.
 
 HTTP (JSON):
 - `PUT /learners/{name}` body `LearnerRequest` -> 201 started, 200 already there (idempotent)
-- `DELETE /learners/{name}?grace=S&wait=S` and `DELETE /jobs/{job}?grace=S&wait=S`: SIGTERM
+- `DELETE /learners/{name}?grace=S&wait=S`, `DELETE /jobs/{job}?grace=S&wait=S` and
+  `DELETE /jobs/{job}/learners/{n}?grace=S&wait=S` (learner n of every attempt): SIGTERM
   the process group, SIGKILL after the grace; with `wait`, answer once they are gone (or the
   wait ran out): `{"deleted": [names], "gone": bool}`
 - `GET /learners[?job=J]` -> `{"learners": [...]}`, `GET /healthz`
@@ -128,6 +129,16 @@ def create_app(table: LearnerTable) -> FastAPI:
         wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
     ) -> dict[str, Any]:
         return _delete(table, [record.name for record in table.records(job)], grace, wait)
+
+    @app.delete("/jobs/{job}/learners/{learner}")
+    def delete_job_learner(
+        job: str,
+        learner: int,
+        grace: Annotated[float | None, Query(ge=0)] = None,
+        wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
+    ) -> dict[str, Any]:
+        names = [record.name for record in table.records(job) if record.learner == learner]
+        return _delete(table, names, grace, wait)
 
     return app
 

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+# A field of a learner's `exit` event, set by backends whose cluster says whether it killed
+# the learner for memory (Kubernetes' `OOMKilled`): "1" or "0"; absent where it cannot say.
+OOM_KILLED_FIELD = "oom_killed"
+
 
 def learner_name(job_id: str, learner: int, attempt: int) -> str:
     return f"dlaas-{job_id}-learner-{learner}-a{attempt}"
@@ -59,6 +63,7 @@ class LearnerStatus:
     signal: str | None = None
     reason: str = ""
     stopping: bool = False  # being deleted
+    oom_killed: bool | None = None  # the cluster says it was killed for memory (None: unknown)
 
     @property
     def finished(self) -> bool:
@@ -92,6 +97,14 @@ class ClusterBackend(Protocol):
 
     async def delete_learner(self, name: str) -> None:
         """Stop and remove one learner (for example one left from an older attempt)."""
+        ...
+
+    async def delete_learner_of(
+        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+    ) -> bool:
+        """Stop and remove learner `learner` (1-based) of a job, whatever its attempt, and
+        leave the others running (a restart of that learner alone). `wait` and `grace` as
+        for `delete_learners`; returns whether none of that learner is left."""
         ...
 
     async def list_learners(self) -> list[LearnerStatus]: ...

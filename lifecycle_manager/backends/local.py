@@ -53,16 +53,22 @@ class LocalBackend:
     async def delete_learners(
         self, job_id: str, *, wait: float = 0.0, grace: float | None = None
     ) -> bool:
+        return await self._delete(f"/jobs/{job_id}", wait, grace)
+
+    async def _delete(self, path: str, wait: float, grace: float | None) -> bool:
         params: dict[str, float] = {"wait": wait}
         if grace is not None:
             params["grace"] = grace
-        response = await self._request(
-            "DELETE", f"/jobs/{job_id}", params=params, timeout=wait + 10
-        )
+        response = await self._request("DELETE", path, params=params, timeout=wait + 10)
         return bool(response.json()["gone"])
 
     async def delete_learner(self, name: str) -> None:
         await self._request("DELETE", f"/learners/{name}")
+
+    async def delete_learner_of(
+        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+    ) -> bool:
+        return await self._delete(f"/jobs/{job_id}/learners/{learner}", wait, grace)
 
     async def list_learners(self) -> list[LearnerStatus]:
         response = await self._request("GET", "/learners")

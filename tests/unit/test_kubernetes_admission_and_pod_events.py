@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycle_manager.backends.base import OOM_KILLED_FIELD
 from lifecycle_manager.backends.kubernetes.admission import Amount, admit, pod_request
 from lifecycle_manager.backends.kubernetes.pod_events import JobNotice, PodTracker
+from lifecycle_manager.backends.kubernetes.pod_status import learner_status
 from storage import streams
 
 
@@ -99,8 +101,29 @@ def test_running_then_oomkilled_pod_gives_one_status_and_one_exit() -> None:
     assert isinstance(exit_event, streams.LearnerEvent) and exit_event.kind == streams.EXIT
     assert exit_event.fields["exit_code"] == "137"
     assert "OOMKilled at its memory limit of 1Gi" in exit_event.fields["reason"]
+    assert exit_event.fields[OOM_KILLED_FIELD] == "1"
     assert tracker.seen("DELETED", oom) == []
     assert len(tracker) == 0
+
+
+def test_exits_say_whether_the_cluster_killed_the_learner_for_memory() -> None:
+    killed = learner_pod(
+        "Failed", containerStatuses=state(terminated={"exitCode": 137, "reason": "Error"})
+    )
+    *_, exit_event = PodTracker().seen("MODIFIED", killed)  # after its start
+    assert exit_event.fields[OOM_KILLED_FIELD] == "0"  # a SIGKILL, not the OOM killer
+    status = learner_status(killed)
+    assert status is not None and status.oom_killed is False
+    oom = learner_pod(
+        "Failed", containerStatuses=state(terminated={"exitCode": 137, "reason": "OOMKilled"})
+    )
+    status = learner_status(oom)
+    assert status is not None and status.oom_killed is True
+    # Gone before its container ended: the cluster cannot say.
+    [vanished] = PodTracker().seen("DELETED", learner_pod("Running"))
+    assert OOM_KILLED_FIELD not in vanished.fields
+    still_running = learner_status(learner_pod("Running", containerStatuses=state(running={})))
+    assert still_running is not None and still_running.oom_killed is None
 
 
 def test_a_pod_deleted_or_lost_before_it_finished_is_an_exit_without_a_code() -> None:

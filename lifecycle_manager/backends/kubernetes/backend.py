@@ -1,12 +1,13 @@
 """The `kubernetes` cluster backend: learners as pods that dlaas creates and owns itself.
 
-Creating a gang: check that the nodes can hold all of it (gang admission), then the job's
-Secret (its root object, holding the credentials), its headless Service (jobs of two or more
-learners), and a pod per learner, in parallel. Every object has a deterministic name, and an
+Creating a gang (or one learner of it again, for `restart_policy.scope: learner`): check that
+the nodes can hold all of it (gang admission), then the job's Secret (its root object, holding
+the credentials), its headless Service (jobs of two or more learners), and a pod per learner,
+in parallel. Every object has a deterministic name, and an
 object that already exists counts as created, so a deploy run again after a crash, a timeout
 or a 5xx creates only what is missing. Deleting a job deletes its pods (with the stop grace)
 and then its Service and Secret; owner references would let the garbage collector finish
-the job if dlaas stopped half-way.
+the job if dlaas stopped half-way. Deleting one learner deletes its pods only.
 
 The client is synchronous; each call runs in a worker thread.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -25,6 +26,7 @@ from lifecycle_manager.backends.kubernetes.admission import admit
 from lifecycle_manager.backends.kubernetes.client import Caller, api_client
 from lifecycle_manager.backends.kubernetes.manifests import (
     JOB_LABEL,
+    LEARNER_LABEL,
     MANAGED_BY,
     MANAGED_SELECTOR,
     PodOptions,
@@ -54,6 +56,13 @@ def _of_job(obj: Mapping[str, Any], job_id: str | None = None) -> bool:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _learner_of(pod: Mapping[str, Any]) -> int | None:
+    try:
+        return int(_labels(pod).get(LEARNER_LABEL, ""))
+    except ValueError:
+        return None
 
 
 class KubernetesBackend:
@@ -155,23 +164,9 @@ class KubernetesBackend:
     async def delete_learners(
         self, job_id: str, *, wait: float = 0.0, grace: float | None = None
     ) -> bool:
-        seconds = self.options.stop_grace_s if grace is None else max(0, round(grace))
-        pods = await self._job_pods(job_id)
-        core = self.calls.core
-        await asyncio.gather(
-            *(
-                asyncio.to_thread(
-                    self.calls.delete,
-                    core.delete_namespaced_pod,
-                    _name(pod),
-                    self.namespace,
-                    grace_period_seconds=seconds,
-                )
-                for pod in pods
-                if not (pod.get("metadata") or {}).get("deletionTimestamp")
-            )
-        )
+        await self._delete_pods(await self._job_pods(job_id), grace)
         root = root_name(job_id)
+        core = self.calls.core
         await asyncio.gather(
             asyncio.to_thread(
                 self.calls.delete, core.delete_namespaced_service, root, self.namespace
@@ -184,9 +179,40 @@ class KubernetesBackend:
                 propagation_policy="Background",
             ),
         )
+        return await self._gone(lambda: self._job_pods(job_id), wait)
+
+    async def delete_learner_of(
+        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+    ) -> bool:
+        # The job's Secret and Service stay: its other learners still use them.
+        async def pods() -> list[dict[str, Any]]:
+            return [p for p in await self._job_pods(job_id) if _learner_of(p) == learner]
+
+        await self._delete_pods(await pods(), grace)
+        return await self._gone(pods, wait)
+
+    async def _delete_pods(self, pods: Sequence[Mapping[str, Any]], grace: float | None) -> None:
+        seconds = self.options.stop_grace_s if grace is None else max(0, round(grace))
+        await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    self.calls.delete,
+                    self.calls.core.delete_namespaced_pod,
+                    _name(pod),
+                    self.namespace,
+                    grace_period_seconds=seconds,
+                )
+                for pod in pods
+                if not (pod.get("metadata") or {}).get("deletionTimestamp")
+            )
+        )
+
+    @staticmethod
+    async def _gone(pods: Callable[[], Awaitable[list[dict[str, Any]]]], wait: float) -> bool:
+        """Whether `pods()` comes back empty within `wait` seconds."""
         deadline = time.monotonic() + wait
         while True:
-            if not await self._job_pods(job_id):
+            if not await pods():
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -6,7 +6,8 @@ a re-list); the tracker answers with what is new:
 - the learner container started -> a `status` event DOWNLOADING (the runner reports its own
   later states; a status that does not advance a learner is ignored downstream);
 - the pod Succeeded or Failed -> an `exit` event with the learner container's exit code and
-  the cluster's reason (OOMKilled, Evicted, ...);
+  the cluster's reason (OOMKilled, Evicted, ...), and `oom_killed` (`1` or `0`) once the
+  container's end is known;
 - the pod vanished before it finished (deleted, or gone while the watch was down) -> an
   `exit` event with no exit code;
 - an image that cannot be pulled for longer than the pull timeout, or a container that
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lifecycle_manager.backends.base import LearnerPhase
+from lifecycle_manager.backends.base import OOM_KILLED_FIELD, LearnerPhase
 from lifecycle_manager.backends.kubernetes.pod_status import (
     HOPELESS,
     Notice,
@@ -109,7 +110,7 @@ class PodTracker:
             out.append(streams.status_event(who.job, who.learner, who.attempt, "DOWNLOADING"))
         if reading.phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
             memory.finished = True
-            out.append(_exit(who, reading.exit_code, reading.reason))
+            out.append(_exit(who, reading.exit_code, reading.reason, reading.oom_killed))
         elif reading.config_failure is not None:
             memory.finished = True
             out.append(_exit(who, None, reading.config_failure.message))
@@ -132,15 +133,15 @@ class PodTracker:
         return [_exit(memory.identity, None, reason)]
 
 
-def _exit(who: PodIdentity, exit_code: int | None, reason: str) -> streams.LearnerEvent:
+def _exit(
+    who: PodIdentity, exit_code: int | None, reason: str, oom_killed: bool | None = None
+) -> streams.LearnerEvent:
     event = streams.exit_event(who.job, who.learner, who.attempt, exit_code, None, reason)
+    fields = {**event.fields, "source": "kubernetes", "pod": who.name}
+    if oom_killed is not None:
+        fields[OOM_KILLED_FIELD] = "1" if oom_killed else "0"
     return streams.LearnerEvent(
-        event.job,
-        event.learner,
-        event.attempt,
-        event.kind,
-        {**event.fields, "source": "kubernetes", "pod": who.name},
-        event.time,
+        event.job, event.learner, event.attempt, event.kind, fields, event.time
     )
 
 

@@ -52,6 +52,9 @@ class PodReading:
     deleting: bool
     exit_code: int | None = None
     reason: str = ""  # why it finished, once it has
+    # Once it finished: whether the learner container's reason was OOMKilled (None: the
+    # container's end is not known, e.g. the pod failed before it ran).
+    oom_killed: bool | None = None
     notices: tuple[Notice, ...] = ()
     pull_failure: Notice | None = None  # the image cannot be pulled (yet)
     config_failure: Notice | None = None  # the container cannot be made
@@ -177,10 +180,12 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         phase = LearnerPhase.PENDING
     started = "running" in state or "terminated" in state
     exit_code: int | None = None
+    oom_killed: bool | None = None
     reason = ""
     if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
         if terminated:
             exit_code = terminated.get("exitCode")
+            oom_killed = terminated.get("reason") == "OOMKilled"
             reason = _terminated_reason(pod, terminated)
         pod_reason = _pod_reason(status)
         if pod_reason and not (terminated and terminated.get("reason") == "OOMKilled"):
@@ -215,6 +220,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=exit_code,
         reason=reason,
+        oom_killed=oom_killed,
         notices=tuple(notices),
         pull_failure=pull_failure,
         config_failure=config_failure,
@@ -235,4 +241,5 @@ def learner_status(pod: Mapping[str, Any]) -> LearnerStatus | None:
         exit_code=reading.exit_code,
         reason=reading.reason,
         stopping=reading.deleting,
+        oom_killed=reading.oom_killed,
     )
