@@ -5,7 +5,11 @@ directory `ckpt-{step:012d}/` whose `COMMITTED` record, written last, lists its 
 sizes; the SDK builds it as `.tmp-ckpt-...` and renames it into place. The runner calls a
 local checkpoint committed exactly when the SDK would restore it (`verify_checkpoint`).
 Remote layout: `jobs/{job}/checkpoints/{name}/<files>` with `COMMITTED` uploaded last, so a
-checkpoint is restorable exactly when its remote `COMMITTED` exists.
+checkpoint is restorable exactly when its remote `COMMITTED` exists. That is the gang's one
+series (learner 1 uploads it, every learner restores it). A learner restarted on its own
+(`restart_policy.scope: learner`) keeps a series of its own instead, one level down:
+`jobs/{job}/checkpoints/learner-{n}/{name}/<files>`; every function below takes that `learner`
+(None: the gang's series), and events name such a checkpoint `learner-{n}/{name}`.
 
 - `restore_newest` (runner start): newest remote committed checkpoint -> a `.tmp-restore-*`
   directory, files first and `COMMITTED` last, then renamed to `ckpt-.../`; one that does not
@@ -38,8 +42,19 @@ if TYPE_CHECKING:
     from storage.object_store import ObjectStore
 
 
-def checkpoints_prefix(job_id: str) -> str:
-    return f"jobs/{job_id}/checkpoints/"
+def checkpoints_prefix(job_id: str, learner: int | None = None) -> str:
+    """Where a series of checkpoints is stored: the gang's, or one learner's own."""
+    base = f"jobs/{job_id}/checkpoints/"
+    return base if learner is None else f"{base}{learner_folder(learner)}/"
+
+
+def learner_folder(learner: int) -> str:
+    return f"learner-{learner}"
+
+
+def stored_name(name: str, learner: int | None = None) -> str:
+    """A checkpoint's path under the job's `checkpoints/`, as the job's events name it."""
+    return name if learner is None else f"{learner_folder(learner)}/{name}"
 
 
 def is_checkpoint_name(name: str) -> bool:
@@ -68,8 +83,10 @@ class RemoteCheckpoints:
     partial: list[str]  # names with files but no COMMITTED
 
 
-def remote_checkpoints(store: ObjectStore, job_id: str) -> RemoteCheckpoints:
-    prefix = checkpoints_prefix(job_id)
+def remote_checkpoints(
+    store: ObjectStore, job_id: str, learner: int | None = None
+) -> RemoteCheckpoints:
+    prefix = checkpoints_prefix(job_id, learner)
     names: set[str] = set()
     committed: set[str] = set()
     for info in store.list(prefix):
@@ -88,14 +105,18 @@ class CheckpointVanished(Exception):
 
 
 def upload_checkpoint(
-    store: ObjectStore, job_id: str, directory: Path, record: CommitRecord
+    store: ObjectStore,
+    job_id: str,
+    directory: Path,
+    record: CommitRecord,
+    learner: int | None = None,
 ) -> None:
     """Upload one local committed checkpoint: the files its record lists, then `COMMITTED`.
 
     Raises CheckpointVanished (after removing the partial upload) when the directory goes
     away or stops matching its record meanwhile (the SDK pruned or replaced it).
     """
-    prefix = f"{checkpoints_prefix(job_id)}{directory.name}/"
+    prefix = f"{checkpoints_prefix(job_id, learner)}{directory.name}/"
     try:
         for rel in sorted(record.files):
             store.put_file(prefix + rel, directory.joinpath(*rel.split("/")))
@@ -109,33 +130,37 @@ def upload_checkpoint(
         raise CheckpointVanished(f"{directory.name}: {exc}") from exc
 
 
-def prune_remote(store: ObjectStore, job_id: str, keep: int) -> list[str]:
+def prune_remote(
+    store: ObjectStore, job_id: str, keep: int, learner: int | None = None
+) -> list[str]:
     """Delete remote checkpoints older than the newest `keep` committed ones; also partial
     uploads older than the newest committed one. Returns the deleted names."""
-    remote = remote_checkpoints(store, job_id)
+    remote = remote_checkpoints(store, job_id, learner)
     if not remote.committed:
         return []
     newest = remote.committed[-1]
     doomed = remote.committed[: -max(keep, 1)]
     doomed += [name for name in remote.partial if name < newest]
     for name in doomed:
-        store.delete_prefix(f"{checkpoints_prefix(job_id)}{name}/")
+        store.delete_prefix(f"{checkpoints_prefix(job_id, learner)}{name}/")
     return sorted(doomed)
 
 
-def restore_newest(store: ObjectStore, job_id: str, checkpoint_dir: Path) -> str | None:
+def restore_newest(
+    store: ObjectStore, job_id: str, checkpoint_dir: Path, learner: int | None = None
+) -> str | None:
     """Download the newest remote committed checkpoint that verifies into `checkpoint_dir`;
     its name, or None when there is none. Files land in a temp directory renamed into place
     at the end."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    for name in reversed(remote_checkpoints(store, job_id).committed):
+    for name in reversed(remote_checkpoints(store, job_id, learner).committed):
         final = checkpoint_dir / name
         if verify_checkpoint(final) is not None:
             return name
         tmp = checkpoint_dir / f".tmp-restore-{name}-{os.getpid()}"
         _remove_tree(tmp)
         tmp.mkdir()
-        prefix = f"{checkpoints_prefix(job_id)}{name}/"
+        prefix = f"{checkpoints_prefix(job_id, learner)}{name}/"
         for info in store.list(prefix):
             rel = info.key[len(prefix) :]
             if rel != COMMITTED:
@@ -172,9 +197,11 @@ class CheckpointUploader:
         on_uploaded: Callable[[str], None],
         on_error: Callable[[str], None],
         already_uploaded: str | None = None,
+        learner: int | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
+        self.learner = learner  # the learner whose own series this is; None: the gang's
         self.checkpoint_dir = checkpoint_dir
         self.keep = keep
         self.on_uploaded = on_uploaded
@@ -193,7 +220,9 @@ class CheckpointUploader:
             if self.last_uploaded is not None and newest <= self.last_uploaded:
                 return None
             try:
-                upload_checkpoint(self.store, self.job_id, self.checkpoint_dir / newest, record)
+                upload_checkpoint(
+                    self.store, self.job_id, self.checkpoint_dir / newest, record, self.learner
+                )
             except CheckpointVanished:
                 return None  # the SDK replaced it; the next poll takes the newer one
             except Exception as exc:
@@ -204,7 +233,7 @@ class CheckpointUploader:
             self.last_uploaded = newest
             self.on_uploaded(newest)
             try:
-                prune_remote(self.store, self.job_id, self.keep)
+                prune_remote(self.store, self.job_id, self.keep, self.learner)
             except Exception as exc:
                 self.on_error(f"could not prune old checkpoints: {exc}")
             return newest

@@ -20,9 +20,12 @@ Environment read (besides the storage settings `DLAAS_*` of `storage.settings.Se
 `DLAAS_DATA_PREFIX` (object-store prefix of the training data, e.g. `data/{user}/{container}/`;
 unset or empty = no data), `DLAAS_METRIC_PATTERNS` (JSON list of regexes with named groups),
 `DLAAS_CHECKPOINT_KEEP` (default 2), `DLAAS_UPLOAD_ALL_CHECKPOINTS` (`1` = every learner
-uploads checkpoints, not only learner 1), `DLAAS_STOP_GRACE_S` (default 10). The command gets
-the runner's environment, with the directory variables made absolute, `PYTHONUNBUFFERED=1`
-unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`.
+uploads checkpoints, not only learner 1), `DLAAS_RESTART_SCOPE` (`learner` = this learner
+restores and uploads checkpoints of its own, `jobs/{job}/checkpoints/learner-{n}/`, as it is
+restarted on its own; default `gang`: one series for all), `DLAAS_STOP_GRACE_S` (default
+10). The command gets the runner's environment, with the directory variables made absolute,
+`PYTHONUNBUFFERED=1` unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`,
+`DLAAS_DATABASE_URL`.
 
 What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
 the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->
@@ -38,7 +41,8 @@ uploaded -> an `exit` event -> exit. A command killed by a signal (or stopped) d
 finish: no STORING and no results, only its last checkpoint and its log are uploaded.
 
 Learner events (stream `dlaas:learner-events`, fields besides job/learner/attempt/kind):
-`status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name`;
+`status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name` (its path under
+`jobs/{job}/checkpoints/`: `ckpt-...`, or `learner-{n}/ckpt-...` for a series of its own);
 `exit` with `exit_code` (the runner's own exit code, below), `signal` (e.g. `SIGKILL`, or
 empty), `reason` (text for the user), `source` (`command` when the user's command ended
 or was stopped, `runner` when the runner itself failed) and `stopped` (`1` when the runner
@@ -236,7 +240,7 @@ class Runner:
 
         def restore() -> str | None:
             try:
-                return restore_newest(store, c.job_id, c.checkpoint_dir)
+                return restore_newest(store, c.job_id, c.checkpoint_dir, c.checkpoint_learner)
             except Exception as exc:
                 raise FetchError(f"could not restore the last checkpoint: {exc}") from exc
 
@@ -287,7 +291,7 @@ class Runner:
     def _supervise(self, restored: str | None) -> int:
         """Tee the running command's output and sync its checkpoints until it ends, then
         store what it left and report how it ended."""
-        from learner_image.checkpoint_sync import CheckpointUploader
+        from learner_image.checkpoint_sync import CheckpointUploader, stored_name
         from learner_image.log_tee import read_lines
         from learner_image.metric_lines import parse_metric_line
         from learner_image.metrics_parser import MetricsParser, compile_patterns
@@ -299,8 +303,9 @@ class Runner:
         self._notify("RUNNING", reporter.status, "RUNNING")
 
         if restored is not None:
-            shipper.line(f"[dlaas] learner {c.learner} resumes from checkpoint {restored}")
-            self._notify("the restore", reporter.restored, restored)
+            named = stored_name(restored, c.checkpoint_learner)
+            shipper.line(f"[dlaas] learner {c.learner} resumes from checkpoint {named}")
+            self._notify("the restore", reporter.restored, named)
         patterns = compile_patterns(c.metric_patterns)
         for problem in patterns.problems:
             shipper.line(f"[dlaas] {problem}")
@@ -313,9 +318,12 @@ class Runner:
                 c.job_id,
                 c.checkpoint_dir,
                 c.checkpoint_keep,
-                on_uploaded=lambda name: self._notify(name, reporter.checkpoint, name),
+                on_uploaded=lambda name: self._notify(
+                    name, reporter.checkpoint, stored_name(name, c.checkpoint_learner)
+                ),
                 on_error=lambda text: shipper.line(f"[dlaas] {text}"),
                 already_uploaded=restored,
+                learner=c.checkpoint_learner,
             )
 
         last_line = [""]

@@ -41,12 +41,19 @@ class RunnerConfig:
     metric_patterns: str = ""
     checkpoint_keep: int = 2
     upload_all_checkpoints: bool = False
+    # Restarted on its own (`restart_policy.scope: learner`): keeps checkpoints of its own.
+    own_checkpoints: bool = False
     stop_grace_s: float = 10.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def uploads_checkpoints(self) -> bool:
-        return self.learner == 1 or self.upload_all_checkpoints
+        return self.learner == 1 or self.upload_all_checkpoints or self.own_checkpoints
+
+    @property
+    def checkpoint_learner(self) -> int | None:
+        """The learner whose own checkpoint series this learner uses; None: the gang's."""
+        return self.learner if self.own_checkpoints else None
 
     @property
     def log_path(self) -> Path:
@@ -149,6 +156,7 @@ def parse_config(
         checkpoint_keep=max(1, keep),
         upload_all_checkpoints=environ.get("DLAAS_UPLOAD_ALL_CHECKPOINTS", "").strip()
         in ("1", "true", "yes"),
+        own_checkpoints=environ.get("DLAAS_RESTART_SCOPE", "").strip() == "learner",
         stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
+from lifecycle_manager.restart_policy import RestartPolicy
 from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
 
@@ -101,6 +102,7 @@ def learner_specs(
             "DLAAS_ATTEMPT": str(attempt),
             "DLAAS_CHECKPOINT_INTERVAL": str(interval),
             "DLAAS_CHECKPOINT_KEEP": str(keep),
+            "DLAAS_RESTART_SCOPE": RestartPolicy.from_manifest(manifest).scope.value,
             "DLAAS_DATA_PREFIX": data_prefix(manifest, owner_id),
             "DLAAS_METRIC_PATTERNS": json.dumps(metric_regexes(manifest)),
             "PYTHONUNBUFFERED": "1",

@@ -95,7 +95,17 @@ def test_a_bare_manifest_takes_the_defaults(tmp_path: Path) -> None:
     assert spec.env["DLAAS_METRIC_PATTERNS"] == "[]"
     assert spec.env["DLAAS_CHECKPOINT_INTERVAL"] == "30.0"
     assert spec.env["DLAAS_CHECKPOINT_KEEP"] == "2"
+    assert spec.env["DLAAS_RESTART_SCOPE"] == "gang"
     assert spec.resources == Resources()
+
+
+def test_learners_restarted_on_their_own_are_told_so(tmp_path: Path) -> None:
+    manifest = {"framework": {"command": "true"}, "restart_policy": {"scope": "learner"}}
+    specs = learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=2, manifest=manifest,
+        settings=settings(tmp_path),
+    )  # fmt: skip
+    assert [spec.env["DLAAS_RESTART_SCOPE"] for spec in specs] == ["learner", "learner"]
 
 
 def test_user_environment_cannot_override_what_dlaas_sets(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from learner_image.checkpoint_sync import (
     prune_remote,
     remote_checkpoints,
     restore_newest,
+    stored_name,
     upload_checkpoint,
 )
 from learner_image.sdk import save_checkpoint_files, verify_checkpoint
@@ -144,3 +145,29 @@ def test_restore_takes_the_newest_that_verifies(ckpt_dir: Path, store: LocalObje
 
 def test_restore_with_nothing_remote(ckpt_dir: Path, store: LocalObjectStore) -> None:
     assert restore_newest(store, JOB, ckpt_dir) is None
+
+
+def test_a_learner_keeps_a_series_of_its_own_beside_the_gangs(
+    ckpt_dir: Path, store: LocalObjectStore, tmp_path: Path
+) -> None:
+    put_remote(store, 9, {"w": b"gang"}, {"w": 4})
+    uploaded: list[str] = []
+    uploader = CheckpointUploader(store, JOB, ckpt_dir, 1, uploaded.append, print, learner=2)
+    for step in (1, 2):
+        save_checkpoint_files({"w": bytes([step])}, step)
+        uploader.sync_once()
+    assert uploaded == ["ckpt-000000000001", "ckpt-000000000002"]
+    assert keys(store) == [
+        "ckpt-000000000009/COMMITTED",
+        "ckpt-000000000009/w",
+        "learner-2/ckpt-000000000002/COMMITTED",
+        "learner-2/ckpt-000000000002/w",
+    ]  # pruned to keep 1 within its own series; the gang's is untouched
+    assert remote_checkpoints(store, JOB).committed == ["ckpt-000000000009"]
+    assert remote_checkpoints(store, JOB, 2).committed == ["ckpt-000000000002"]
+    assert remote_checkpoints(store, JOB, 1).committed == []
+    fresh = tmp_path / "fresh"
+    assert restore_newest(store, JOB, fresh, learner=2) == "ckpt-000000000002"
+    assert restore_newest(store, JOB, tmp_path / "other", learner=1) is None
+    assert stored_name("ckpt-000000000002", 2) == "learner-2/ckpt-000000000002"
+    assert stored_name("ckpt-000000000002") == "ckpt-000000000002"

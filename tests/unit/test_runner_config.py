@@ -72,6 +72,14 @@ def test_upload_all_checkpoints_flag(tmp_path: Path) -> None:
     assert config.uploads_checkpoints
 
 
+def test_a_learner_restarted_on_its_own_keeps_checkpoints_of_its_own(tmp_path: Path) -> None:
+    argv = ["--job", "j", "--learner", "2", "--", "true"]
+    gang = parse_config(argv, {"DLAAS_RESTART_SCOPE": "gang"}, cwd=tmp_path)
+    assert not gang.uploads_checkpoints and gang.checkpoint_learner is None
+    own = parse_config(argv, {"DLAAS_RESTART_SCOPE": "learner"}, cwd=tmp_path)
+    assert own.uploads_checkpoints and own.checkpoint_learner == 2
+
+
 def test_child_env_drops_store_secrets_and_sets_dirs(tmp_path: Path) -> None:
     config = parse_config(["--job", "j", "--", "true"], {}, cwd=tmp_path)
     env = child_env(config, {"DLAAS_S3_SECRET_KEY": "s", "PATH": "/bin", "DLAAS_REDIS_URL": "r"})
