@@ -24,7 +24,8 @@ from storage.job_states import JobState
 
 log = logging.getLogger(__name__)
 
-WATCHED_JOBS = (JobState.DOWNLOADING, JobState.RUNNING, JobState.STORING)
+# A deploying job may have learners running: those a restart of one learner left alone.
+WATCHED_JOBS = (JobState.DEPLOYING, JobState.DOWNLOADING, JobState.RUNNING, JobState.STORING)
 BEATING = frozenset({LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING})
 
 
@@ -71,7 +72,6 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
                     row.index, LearnerState(row.state), time.time() - ctx.age(row.updated_at)
                 )
                 for row in rows
-                if row.attempt == job.attempt
             ]
             timeout = RestartPolicy.from_manifest(job.manifest).heartbeat_timeout_s
             watched.append((job.id, beats, timeout))

@@ -2,8 +2,9 @@
 
 Each report is handled in one transaction: learner row, then the job's decision from
 `job_progress.decide`, then (after commit) the decision's actions. A report about an older
-attempt, or about a learner already finished, changes nothing, so a redelivered event is
-harmless.
+attempt of its learner than the one its row holds (each row holds the attempt its learner
+was last created in), or about a learner already finished, changes nothing, so a redelivered
+event, or a late one from a learner restarted meanwhile, is harmless.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
+from lifecycle_manager.backends.base import OOM_KILLED_FIELD, BackendUnavailable, LearnerStatus
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import (
     ENDING,
@@ -38,6 +39,7 @@ from lifecycle_manager.restart_policy import (
     Cause,
     Failure,
     RestartPolicy,
+    RestartScope,
     classify,
     with_restart_policy,
 )
@@ -70,13 +72,18 @@ async def _current(session: AsyncSession, job_id: str) -> tuple[Job, dict[int, L
 
 
 async def _record(
-    session: AsyncSession, job: Job, update: LearnerView, detail: Mapping[str, object]
+    session: AsyncSession,
+    job: Job,
+    attempt: int,
+    update: LearnerView,
+    detail: Mapping[str, object],
 ) -> bool:
+    """Record a learner's new state, if its row still holds `attempt` of it."""
     changed = await repo.set_learner_state(
         session,
         job.id,
         update.index,
-        job.attempt,
+        attempt,
         update.state.value,
         exit_code=update.exit_code,
         reason=update.reason,
@@ -87,7 +94,7 @@ async def _record(
             job.id,
             "learner_exit",
             f"learner {update.index} {update.state.value.lower()}: {update.reason}",
-            {"learner": update.index, "attempt": job.attempt, **detail},
+            {"learner": update.index, "attempt": attempt, **detail},
         )
     return changed
 
@@ -100,6 +107,7 @@ def _after_exit(
     reason: str,
     *,
     stopped: bool,
+    oom_killed: bool | None = None,
 ) -> LearnerView | None:
     """The learner's row after its exit; `stopped`: the cluster stopped it on request.
 
@@ -111,18 +119,23 @@ def _after_exit(
     if previous in ENDING - {LearnerState.STOPPING}:
         return None
     # A job that already finished, or is restarting its gang, stops its remaining learners:
-    # their exits are no failures.
-    winding_down = JobState(job.state) in FINAL_STATES | {JobState.RECOVERING}
+    # their exits are no failures. A job restarting one learner (scope `learner`) leaves the
+    # others running: how they end still counts.
+    scope = RestartPolicy.from_manifest(job.manifest).scope
+    winding_down = JobState(job.state) in FINAL_STATES or (
+        job.state == JobState.RECOVERING and scope is RestartScope.GANG
+    )
     state, why = learner_after_exit(
         previous, Desired(job.desired), exit_code, signal, reason, stopped=winding_down
     )
     if stopped and state is LearnerState.FAILED:
         why = f"{INTERRUPTED}: {why}"
-    return LearnerView(row.index, state, exit_code, why)
+    return LearnerView(row.index, state, exit_code, why, signal, oom_killed)
 
 
 def _failure_of(view: LearnerView) -> Failure:
-    return Failure(view.index, classify(view.exit_code, None), view.reason, view.exit_code)
+    cause = classify(view.exit_code, view.signal, oom_killed=view.oom_killed)
+    return Failure(view.index, cause, view.reason, view.exit_code, signal=view.signal)
 
 
 async def restart_history(session: AsyncSession, job_id: str) -> list[Failure]:
@@ -131,18 +144,22 @@ async def restart_history(session: AsyncSession, job_id: str) -> list[Failure]:
     return [Failure.from_detail(event.detail.get("failure", {})) for event in events]
 
 
-async def newest_checkpoint(session: AsyncSession, job_id: str) -> str | None:
-    event = await repo.latest_event(session, job_id, "checkpoint")
+async def newest_checkpoint(
+    session: AsyncSession, job_id: str, learner: int | None = None
+) -> str | None:
+    """The job's newest committed checkpoint; with `learner`, that learner's own."""
+    event = await repo.latest_event(session, job_id, "checkpoint", learner=learner)
     return str(event.detail.get("name")) if event is not None else None
 
 
 async def _with_policy(
     session: AsyncSession, job: Job, decision: Decision, failure: Failure
 ) -> Decision:
-    checkpoint = await newest_checkpoint(session, job.id)
+    policy = RestartPolicy.from_manifest(job.manifest)
+    own = failure.learner if policy.scope is RestartScope.LEARNER else None
+    checkpoint = await newest_checkpoint(session, job.id, own)
     failure = replace(failure, checkpoint=checkpoint, reason=decision.reason)
     history = await restart_history(session, job.id)
-    policy = RestartPolicy.from_manifest(job.manifest)
     decision, verdict = with_restart_policy(decision, policy, failure, history)
     detail = {"failure": failure.to_detail(), "attempt": job.attempt, "delay_s": verdict.delay_s}
     if verdict.restart:
@@ -186,7 +203,7 @@ async def _decide(
 
 async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
     """The side effects of an applied decision, after its transaction committed."""
-    await run_actions(ctx, job_id, decision.actions, decision.delay_s)
+    await run_actions(ctx, job_id, decision.actions, decision.delay_s, decision.failed_learner)
     if decision.target is not None and is_final(decision.target):
         try:
             await streams.aretire_job_streams(ctx.redis, job_id)
@@ -195,20 +212,24 @@ async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
 
 
 async def run_actions(
-    ctx: Context, job_id: str, actions: Sequence[Action], delay_s: float = 0.0
+    ctx: Context,
+    job_id: str,
+    actions: Sequence[Action],
+    delay_s: float = 0.0,
+    failed_learner: int | None = None,
 ) -> None:
     restarting = Action.RESTART in actions
+    grace = ctx.timings.restart_grace_s if restarting else None
     for action in actions:
-        if action is Action.RESTART:
-            await ctx.schedule_recovery(job_id, delay_s)
-        elif action is Action.STOP_LEARNERS:
-            grace = ctx.timings.restart_grace_s if restarting else None
-            try:
+        try:
+            if action is Action.RESTART:
+                await ctx.schedule_recovery(job_id, delay_s)
+            elif action is Action.STOP_LEARNERS:
                 await ctx.backend.delete_learners(job_id, grace=grace)
-            except BackendUnavailable as error:
-                log.warning(
-                    "job %s: could not stop learners (the reconcile will): %s", job_id, error
-                )
+            elif action is Action.STOP_FAILED_LEARNER and failed_learner is not None:
+                await ctx.backend.delete_learner_of(job_id, failed_learner, grace=grace)
+        except BackendUnavailable as error:
+            log.warning("job %s: could not stop learners (the reconcile will): %s", job_id, error)
 
 
 def _exit_code(fields: Mapping[str, str]) -> int | None:
@@ -216,6 +237,12 @@ def _exit_code(fields: Mapping[str, str]) -> int | None:
         return int(fields.get("exit_code", ""))
     except ValueError:
         return None
+
+
+def _oom_killed(fields: Mapping[str, str]) -> bool | None:
+    """The cluster's word on an out-of-memory kill, where the exit report carries one."""
+    value = fields.get(OOM_KILLED_FIELD, "")
+    return value == "1" if value else None
 
 
 async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None:
@@ -226,7 +253,7 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
             return
         job, rows = found
         row = rows.get(event.learner)
-        if event.attempt != job.attempt or row is None or row.attempt != job.attempt:
+        if row is None or event.attempt != row.attempt:
             return
         if event.kind == streams.CHECKPOINT and fields.get("restored") == "1":
             name = fields.get("name", "")
@@ -264,6 +291,7 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
                 fields.get("signal") or None,
                 fields.get("reason", ""),
                 stopped=stopped,
+                oom_killed=_oom_killed(fields),
             )
         if update is None:
             return
@@ -272,19 +300,15 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
             "signal": fields.get("signal") or None,
             "source": fields.get("source", ""),
         }
-        if not await _record(session, job, update, detail):
+        if not await _record(session, job, row.attempt, update, detail):
             return
         views = [update if r.index == update.index else learner_view(r) for r in rows.values()]
         failures = {}
         if update.state is LearnerState.FAILED:
-            signal = fields.get("signal") or None
-            failures[update.index] = Failure(
-                update.index,
-                Cause.INTERRUPTED if stopped else classify(update.exit_code, signal),
-                update.reason,
-                update.exit_code,
-                last_line=fields.get("last_line", ""),
-            )
+            failure = replace(_failure_of(update), last_line=fields.get("last_line", ""))
+            if stopped:
+                failure = replace(failure, cause=Cause.INTERRUPTED)
+            failures[update.index] = failure
         decision = await _decide(session, job, views, failures)
     await carry_out(ctx, job.id, decision)
 
@@ -300,9 +324,9 @@ async def apply_cluster_view(
         job, rows = found
         views = {index: learner_view(row) for index, row in rows.items()}
         cluster = [
-            ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason)
+            ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
             for s in statuses
-            if s.attempt == job.attempt
+            if s.learner in rows and s.attempt == rows[s.learner].attempt
         ]
         view = job_view(job, list(views.values()))
         seen = observe_cluster(
@@ -317,12 +341,23 @@ async def apply_cluster_view(
             for index in seen.vanished
         }
         updates = [
-            _after_exit(job, rows[s.index], s.exit_code, s.signal, s.reason, stopped=False)
+            _after_exit(
+                job,
+                rows[s.index],
+                s.exit_code,
+                s.signal,
+                s.reason,
+                stopped=False,
+                oom_killed=s.oom_killed,
+            )
             for s in seen.exits
         ]
         updates += [LearnerView(i, LearnerState.FAILED, None, VANISHED) for i in seen.vanished]
         for update in updates:
-            if update is not None and await _record(session, job, update, {"source": "reconcile"}):
+            if update is None:
+                continue
+            attempt = rows[update.index].attempt
+            if await _record(session, job, attempt, update, {"source": "reconcile"}):
                 views[update.index] = update
         decision = NO_CHANGE
         if updates:
@@ -343,7 +378,9 @@ async def apply_silence(ctx: Context, job_id: str, silent: Mapping[int, float]) 
         for index, silence in sorted(silent.items()):
             reason = f"no heartbeat for {silence:.0f} s: the learner hung"
             update = LearnerView(index, LearnerState.FAILED, None, reason)
-            if await _record(session, job, update, {"source": "heartbeat"}):
+            if index in rows and await _record(
+                session, job, rows[index].attempt, update, {"source": "heartbeat"}
+            ):
                 views[index] = update
                 failures[index] = Failure(index, Cause.HEARTBEAT, f"learner {index}: {reason}")
         decision = NO_CHANGE

@@ -26,7 +26,14 @@ from lifecycle_manager.capacity_wait import (
 )
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import ENDING, Desired, LearnerState
+from lifecycle_manager.learner_restarts import (
+    deploy_reason,
+    learners_to_create,
+    restart_scope,
+    restarting_learners,
+)
 from lifecycle_manager.learner_specs import learner_specs
+from lifecycle_manager.restart_policy import RestartScope
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
@@ -60,28 +67,37 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         if job.state in (JobState.QUEUED, JobState.RECOVERING):
             if not await waiting_for_capacity(session, job):
                 attempt += 1
+            recreate = await learners_to_create(session, job, attempt)
             moved = await repo.transition(
                 session,
                 job_id,
                 JobState.DEPLOYING,
-                "creating learners" if attempt == 1 else f"creating learners of attempt {attempt}",
+                deploy_reason(attempt, recreate, job.learners),
                 {"attempt": attempt},
                 only_from=[JobState(job.state)],
                 attempt=attempt,
             )
             if not moved.changed:
                 return Outcome(f"not deploying: the job is {moved.previous}")
-            await repo.reset_learners(session, job_id, job.learners, attempt)
+            await repo.reset_learners(session, job_id, job.learners, attempt, only=recreate)
         elif job.state != JobState.DEPLOYING:
             return Outcome(f"nothing to deploy: the job is {job.state}")
-        specs = learner_specs(
-            job_id=job.id,
-            owner_id=job.owner_id,
-            attempt=attempt,
-            num_learners=job.learners,
-            manifest=job.manifest,
-            settings=ctx.settings,
-        )
+        # The learners of this attempt: all of a gang, or those a learner restart re-creates.
+        of_attempt = {
+            r.index for r in await repo.learners_of(session, job_id) if r.attempt == attempt
+        }
+        specs = [
+            spec
+            for spec in learner_specs(
+                job_id=job.id,
+                owner_id=job.owner_id,
+                attempt=attempt,
+                num_learners=job.learners,
+                manifest=job.manifest,
+                settings=ctx.settings,
+            )
+            if spec.learner in of_attempt
+        ]
     try:
         created = await ctx.backend.create_learners(specs)
     except NoCapacity as refusal:
@@ -116,7 +132,10 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
 
 async def recover_job(ctx: Context, job_id: str) -> Outcome:
     """RECOVERING -> the next attempt, once the restart's backoff passed and the failed
-    attempt's learners are gone; its runners restore the newest committed checkpoint."""
+    attempt's learners are gone; its runners restore the newest committed checkpoint.
+
+    A restart of one learner (`restart_policy.scope: learner`) stops and re-creates only that
+    learner; the others keep running."""
     async with ctx.sessions() as session:
         job = await repo.get_job_any(session, job_id)
         if job is None or job.deleted_at is not None:
@@ -124,13 +143,18 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
         if job.state != JobState.RECOVERING or job.desired != Desired.RUN:
             return Outcome(f"nothing to recover: the job is {job.state}")
         restart = await repo.latest_event(session, job_id, "restart")
+        scope = restart_scope(job)
+        restarting = await restarting_learners(session, job)
     if restart is not None:
         wait = float(restart.detail.get("delay_s", 0.0)) - ctx.age(restart.time)
         if wait > 0:
             return Outcome(f"backing off for {wait:.1f} s", retry_after=wait)
-    gone = await ctx.backend.delete_learners(
-        job_id, wait=ctx.timings.stop_wait_s, grace=ctx.timings.restart_grace_s
-    )
+    stop = {"wait": ctx.timings.stop_wait_s, "grace": ctx.timings.restart_grace_s}
+    if scope is RestartScope.GANG:
+        gone = await ctx.backend.delete_learners(job_id, **stop)
+    else:
+        stopped = [await ctx.backend.delete_learner_of(job_id, i, **stop) for i in restarting]
+        gone = all(stopped)
     if not gone:
         return Outcome("waiting for the failed attempt's learners to stop", retry_after=0.5)
     return await deploy_job(ctx, job_id)
@@ -138,12 +162,12 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
 
 async def _mark_stopping(session: AsyncSession, job: Job) -> None:
     for row in await repo.learners_of(session, job.id):
-        if row.attempt == job.attempt and LearnerState(row.state) not in ENDING:
+        if LearnerState(row.state) not in ENDING:
             await repo.set_learner_state(
                 session,
                 job.id,
                 row.index,
-                job.attempt,
+                row.attempt,
                 LearnerState.STOPPING.value,
                 reason="stopping: halt requested",
             )
@@ -155,12 +179,12 @@ async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
     if job is None or job.state not in (JobState.QUEUED, *ACTIVE_STATES):
         return  # already HALTED (the monitor saw the last exit), or finished meanwhile
     for row in await repo.learners_of(session, job_id):
-        if row.attempt == job.attempt and row.state == LearnerState.STOPPING:
+        if row.state == LearnerState.STOPPING:
             await repo.set_learner_state(
                 session,
                 job_id,
                 row.index,
-                job.attempt,
+                row.attempt,
                 LearnerState.STOPPED.value,
                 reason="halted",
             )
@@ -199,9 +223,7 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome("nothing to resume")
         rows = await repo.learners_of(session, job_id)
         halting = job.state in ACTIVE_STATES and any(
-            row.attempt == job.attempt
-            and row.state in (LearnerState.STOPPING, LearnerState.STOPPED)
-            for row in rows
+            row.state in (LearnerState.STOPPING, LearnerState.STOPPED) for row in rows
         )
     if halting:
         if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):

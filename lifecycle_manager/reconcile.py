@@ -1,7 +1,9 @@
 """The periodic sweep: make the cluster match the database, whatever messages were lost.
 
 - learners of jobs that are gone, deleted, finished or halted, and learners of older
-  attempts, are deleted;
+  attempts than their rows hold, are deleted (a row holds the attempt its learner was last
+  created in: the job's attempt, or an older one for a learner that a restart of another
+  learner, `restart_policy.scope: learner`, left running);
 - a running job's learner rows are brought in line with the cluster (missed exits are
   applied, lost learners fail the job: "learners vanished");
 - a QUEUED job that sat unchanged for a few seconds lost its nudge: it is deployed; a
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lifecycle_manager import operations
@@ -28,6 +31,8 @@ from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
 from storage.models import Job
 
 log = logging.getLogger(__name__)
+
+OPEN = ACTIVE_STATES | {JobState.QUEUED}
 
 
 @dataclass
@@ -53,10 +58,15 @@ class _JobFacts:
     deleted: bool
     age: float
     halting: bool  # learner rows of the current attempt say a halt is under way
+    attempts: Mapping[int, int] = field(default_factory=dict)  # learner -> its row's attempt
 
     @property
     def wants_learners(self) -> bool:
         return not self.deleted and self.state not in FINAL_STATES | {JobState.HALTED}
+
+    def wants(self, learner: LearnerStatus) -> bool:
+        """Whether a live learner of this job is the one its row stands for."""
+        return learner.attempt == self.attempts.get(learner.learner, self.attempt)
 
 
 async def reconcile(ctx: Context) -> ReconcileReport:
@@ -96,7 +106,7 @@ async def _load(
     ctx: Context, cluster_jobs: set[str]
 ) -> tuple[list[_JobFacts], dict[str, _JobFacts], list[str]]:
     async with ctx.sessions() as session:
-        open_rows = await repo.jobs_in_states(session, [JobState.QUEUED, *ACTIVE_STATES])
+        open_rows = await repo.jobs_in_states(session, list(OPEN))
         rows: dict[str, Job] = {job.id: job for job in open_rows}
         for job_id in cluster_jobs - set(rows):
             job = await repo.get_job_any(session, job_id)
@@ -104,11 +114,9 @@ async def _load(
                 rows[job_id] = job
         facts = {}
         for job in rows.values():
-            learners = await repo.learners_of(session, job.id) if job.state in ACTIVE_STATES else []
-            halting = any(
-                row.attempt == job.attempt
-                and row.state in (LearnerState.STOPPING, LearnerState.STOPPED)
-                for row in learners
+            learners = await repo.learners_of(session, job.id) if job.state in OPEN else []
+            halting = job.state in ACTIVE_STATES and any(
+                row.state in (LearnerState.STOPPING, LearnerState.STOPPED) for row in learners
             )
             facts[job.id] = _JobFacts(
                 id=job.id,
@@ -118,6 +126,7 @@ async def _load(
                 deleted=job.deleted_at is not None,
                 age=ctx.age(job.updated_at),
                 halting=halting,
+                attempts={row.index: row.attempt for row in learners},
             )
         unpurged = [job.id for job in await operations.deleted_unpurged(session)]
     open_jobs = [facts[job.id] for job in open_rows if job.deleted_at is None]
@@ -140,7 +149,7 @@ async def _stop_unwanted(
             report.stopped.append(job_id)
             continue
         for learner in live:
-            if learner.attempt != facts.attempt:
+            if not facts.wants(learner):
                 await ctx.backend.delete_learner(learner.name)
                 report.stopped.append(learner.name)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,11 +177,23 @@ async def learners_of(session: AsyncSession, job_id: str) -> Sequence[Learner]:
     return (await session.execute(query)).scalars().all()
 
 
-async def reset_learners(session: AsyncSession, job_id: str, count: int, attempt: int) -> None:
-    """Make the learner rows say `count` learners of `attempt`, all PENDING."""
+async def reset_learners(
+    session: AsyncSession,
+    job_id: str,
+    count: int,
+    attempt: int,
+    only: Collection[int] | None = None,
+) -> None:
+    """Make the learner rows say `count` learners of `attempt`, all PENDING.
+
+    With `only`, just those learners are created again; the others keep their rows (and the
+    attempt they were created in).
+    """
     existing = {learner.index: learner for learner in await learners_of(session, job_id)}
     for index in range(1, count + 1):
         learner = existing.pop(index, None)
+        if only is not None and index not in only and learner is not None:
+            continue
         if learner is None:
             session.add(Learner(job_id=job_id, index=index, attempt=attempt))
         else:
@@ -228,11 +240,12 @@ async def events_of_kind(session: AsyncSession, job_id: str, kind: str) -> Seque
     return (await session.execute(query)).scalars().all()
 
 
-async def latest_event(session: AsyncSession, job_id: str, kind: str) -> JobEvent | None:
-    query = (
-        select(JobEvent)
-        .where(JobEvent.job_id == job_id, JobEvent.kind == kind)
-        .order_by(JobEvent.id.desc())
-        .limit(1)
-    )
+async def latest_event(
+    session: AsyncSession, job_id: str, kind: str, *, learner: int | None = None
+) -> JobEvent | None:
+    """The job's newest event of `kind`; with `learner`, the newest about that learner."""
+    query = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.kind == kind)
+    if learner is not None:
+        query = query.where(JobEvent.detail["learner"].as_integer() == learner)
+    query = query.order_by(JobEvent.id.desc()).limit(1)
     return (await session.execute(query)).scalar_one_or_none()

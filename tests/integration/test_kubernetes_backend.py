@@ -178,6 +178,52 @@ async def test_cluster_troubles_become_job_events_and_an_oom_kill_fails_the_lear
         "learner 1 failed: out of memory: the learner was OOMKilled at its memory limit of "
         "1073741824 (exit code 137 (killed by SIGKILL)); raise `memory` in the manifest"
     ), reason
+    async with kube_ctx.sessions() as session:
+        [refused] = await repo.events_of_kind(session, job_id, "restart_refused")
+    assert refused.detail["failure"]["cause"] == "oom"  # the cluster said OOMKilled
+
+
+async def test_a_learner_scope_restart_replaces_only_the_failed_learners_pod(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(
+        kube_ctx,
+        "python train.py",
+        learners=2,
+        restart_policy={"scope": "learner", "backoff_s": 0.1},
+    )
+    replacement = f"dlaas-{job_id}-learner-2-a2"
+    with Kubelet(emulator.url, namespace, hold=True) as kubelet:
+        async with pod_watcher(kube_ctx):
+            await operations.deploy_job(kube_ctx, job_id)
+            first, second = [
+                pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)
+            ]
+            for name in (first, second):
+                kubelet.bind(name)
+                kubelet.start(name)
+            uid = pods_of(emulator, namespace, job_id)[0]["metadata"]["uid"]
+            assert uid
+            kubelet.finish(second, 137)  # reason Error: a SIGKILL, not the OOM killer
+
+            async def replaced() -> bool:
+                names = [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)]
+                return names == [first, replacement]
+
+            await follow(kube_ctx, replaced, timeout=20, what="learner 2's pod replaced")
+            [kept, _new] = pods_of(emulator, namespace, job_id)
+            assert kept["metadata"]["uid"] == uid  # learner 1's pod was left alone
+            assert len(emulator.objects("services", namespace)) == 1
+            assert len(emulator.objects("secrets", namespace)) == 1
+            kubelet.bind(replacement)
+            kubelet.start(replacement)
+            for name in (first, replacement):
+                kubelet.finish(name, 0)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED))
+    async with kube_ctx.sessions() as session:
+        [restart] = await repo.events_of_kind(session, job_id, "restart")
+    failure = restart.detail["failure"]
+    assert (failure["learner"], failure["cause"], failure["exit_code"]) == (2, "signal", 137)
 
 
 TRAIN = """\
