@@ -210,9 +210,12 @@ _WEED_PORT_FLAGS = (
 )
 
 
-def start_seaweedfs(workdir: Path, timeout: float = 30.0) -> SeaweedFS:
+def start_seaweedfs(
+    workdir: Path, timeout: float = 30.0, credentials: tuple[str, str] | None = None
+) -> SeaweedFS:
     """Run `weed mini` on free loopback ports with its data in `workdir`; return once S3
-    accepts writes. It accepts any credentials (none are configured)."""
+    accepts writes. Without `credentials` (access key, secret key) it accepts any; with
+    them, as docker-compose.yml and the Helm chart run it, it refuses all others."""
     weed = find_binary("weed")
     if weed is None:
         raise RuntimeError(
@@ -236,15 +239,18 @@ def start_seaweedfs(workdir: Path, timeout: float = 30.0) -> SeaweedFS:
         "-admin.ui=false",
         "-master.telemetry=false",
     ]
-    # With AWS_* set, weed mini would create those credentials and refuse all others.
+    # With AWS_* set, weed mini creates those credentials and refuses all others.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    if credentials is not None:
+        env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = credentials
     env["HOME"] = str(workdir)
     # Its data is thrown away: no need to wait seconds for a graceful stop.
     process = start_process("seaweedfs", argv, workdir, env=env, stop_signal=signal.SIGKILL)
     process.cleanup.append(lambda: _remove_weed_sockets(ports.values()))
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
     wait_until(lambda: _http_answers(endpoint), process, timeout, f"S3 answering at {endpoint}")
-    wait_until(lambda: _s3_accepts_writes(endpoint), process, timeout, "S3 accepting writes")
+    client = s3_client(endpoint, credentials)
+    wait_until(lambda: _s3_accepts_writes(client), process, timeout, "S3 accepting writes")
     return SeaweedFS(process, endpoint)
 
 
@@ -262,8 +268,7 @@ def _http_answers(url: str) -> bool:
         return True  # an error status is still an answer
 
 
-def _s3_accepts_writes(endpoint: str) -> bool:
-    client = s3_client(endpoint)
+def _s3_accepts_writes(client: S3Client) -> bool:
     bucket = "dlaas-probe"
     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
         client.create_bucket(Bucket=bucket)
@@ -273,11 +278,12 @@ def _s3_accepts_writes(endpoint: str) -> bool:
     return True
 
 
-def s3_client(endpoint_url: str) -> S3Client:
-    """A boto3 S3 client for `endpoint_url` with the test credentials."""
+def s3_client(endpoint_url: str, credentials: tuple[str, str] | None = None) -> S3Client:
+    """A boto3 S3 client for `endpoint_url` with `credentials`, else the test ones."""
     from storage.object_store import make_s3_client
 
-    return make_s3_client(endpoint_url, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
+    access_key, secret_key = credentials or (S3_ACCESS_KEY, S3_SECRET_KEY)
+    return make_s3_client(endpoint_url, access_key, secret_key, S3_REGION)
 
 
 def s3_env(endpoint_url: str, bucket: str) -> dict[str, str]:

@@ -202,6 +202,21 @@ def test_beat_monitor_and_pod_watcher_are_probed_on_their_heartbeat(
     assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 1  # hung or dead
 
 
+def test_the_bundled_s3_server_requires_the_credentials_dlaas_uses(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["default"])
+    secret = objects[("Secret", RELEASE)]["stringData"]
+    [server] = objects[("StatefulSet", f"{RELEASE}-s3")]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in server["env"]}
+    for variable, key in [
+        ("AWS_ACCESS_KEY_ID", "DLAAS_S3_ACCESS_KEY"),
+        ("AWS_SECRET_ACCESS_KEY", "DLAAS_S3_SECRET_KEY"),
+    ]:
+        assert env[variable] == {"name": RELEASE, "key": key}
+        assert secret[key]  # what the control plane and the learners sign with
+
+
 def test_the_role_allows_what_the_backend_does_and_no_more(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
