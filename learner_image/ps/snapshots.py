@@ -9,8 +9,15 @@ one memory copy), then uploaded by a background thread while training goes on:
 
 As with learner checkpoints, a snapshot exists only once its `COMMITTED` does, and it is
 restored only if its data has the size and CRC-32 that `COMMITTED` records. The newest
-`keep` are kept. The epoch (one per server start) keeps a restarted server, which may
-count versions again from an older snapshot, from writing over anything.
+`keep` are kept. The epoch is one per server start and grows across starts, even on a
+fresh region: a starting server takes the epoch after the newest one in the store
+(`newest_epoch`), so a restarted server, which may count versions again from an older
+snapshot, never writes over anything.
+
+The sidecars of one job each keep their own snapshots under their rank. In sync mode they
+snapshot together, after the same round (`learner_image.ps.exchange`), and a restart
+restores on every rank the newest version all of them committed (`agreed_version`), so
+the replicas come back identical.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import logging
 import re
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +41,7 @@ log = logging.getLogger("dlaas.ps.snapshots")
 
 COMMITTED = "COMMITTED"
 DATA = "data"
+BUSY_WAIT_S = 60.0
 _NAME = re.compile(r"^snap-(\d{12})-e(\d+)$")
 
 
@@ -103,17 +111,38 @@ class SnapshotStore:
 
     def __init__(self, store: ObjectStore, job: str, rank: int, *, keep: int = 2) -> None:
         self.store = store
+        self.job = job
+        self.rank = rank
         self.prefix = f"jobs/{job}/ps/{rank}/"
         self.keep = max(1, keep)
 
-    def _committed(self) -> list[tuple[int, int, str]]:
-        found = []
+    def of_rank(self, rank: int) -> SnapshotStore:
+        """The snapshots of another sidecar of the same job, in the same store."""
+        return SnapshotStore(self.store, self.job, rank, keep=self.keep)
+
+    def _stored(self) -> list[tuple[int, int, str, bool]]:
+        """Every snapshot name under the prefix: (version, epoch, name, committed), sorted."""
+        found: dict[str, bool] = {}
         for info in self.store.list(self.prefix):
             name, _, rel = info.key[len(self.prefix) :].partition("/")
-            match = _NAME.match(name)
-            if match and rel == COMMITTED:
-                found.append((int(match.group(1)), int(match.group(2)), name))
-        return sorted(found)
+            if _NAME.match(name):
+                found[name] = found.get(name, False) or rel == COMMITTED
+        return sorted(
+            (int(m.group(1)), int(m.group(2)), name, committed)
+            for name, committed in found.items()
+            if (m := _NAME.match(name))
+        )
+
+    def _committed(self) -> list[tuple[int, int, str]]:
+        return [(v, e, name) for v, e, name, committed in self._stored() if committed]
+
+    def newest_epoch(self) -> int:
+        """The highest epoch of any snapshot here, committed or not (0 if none)."""
+        return max((epoch for _, epoch, _, _ in self._stored()), default=0)
+
+    def versions(self) -> set[int]:
+        """The versions of the committed snapshots."""
+        return {version for version, _, _ in self._committed()}
 
     def save(self, snapshot: Snapshot, epoch: int) -> str:
         name = f"snap-{snapshot.version:012d}-e{epoch}"
@@ -129,22 +158,21 @@ class SnapshotStore:
     def _prune(self) -> None:
         """Drop committed snapshots past the newest `keep`, and partial ones older than the
         newest committed (a newer partial one may still be on its way up)."""
-        committed = self._committed()
+        stored = self._stored()
+        committed = [(v, e, name) for v, e, name, done in stored if done]
         if not committed:
             return
         kept = {name for _, _, name in committed[-self.keep :]}
         newest = committed[-1][:2]
-        names = {
-            info.key[len(self.prefix) :].partition("/")[0] for info in self.store.list(self.prefix)
-        }
-        for name in names - kept:
-            match = _NAME.match(name)
-            if match and (int(match.group(1)), int(match.group(2))) < newest:
+        for version, epoch, name, _ in stored:
+            if name not in kept and (version, epoch) < newest:
                 self.store.delete_prefix(f"{self.prefix}{name}/")
 
-    def latest(self) -> Snapshot | None:
-        """The newest committed snapshot whose data verifies, or None."""
-        for _version, _epoch, name in reversed(self._committed()):
+    def latest(self, version: int | None = None) -> Snapshot | None:
+        """The newest committed snapshot whose data verifies (of `version`, if given)."""
+        for found, _epoch, name in reversed(self._committed()):
+            if version is not None and found != version:
+                continue
             base = f"{self.prefix}{name}/"
             try:
                 record = json.loads(self.store.get_bytes(base + COMMITTED))
@@ -178,6 +206,15 @@ class SnapshotStore:
         return None
 
 
+def agreed_version(stores: Sequence[SnapshotStore]) -> int | None:
+    """The newest version every one of `stores` has committed, or None."""
+    common: set[int] | None = None
+    for store in stores:
+        versions = store.versions()
+        common = versions if common is None else common & versions
+    return max(common) if common else None
+
+
 class Snapshotter:
     """Takes a snapshot when one is due and uploads it in the background, one at a time."""
 
@@ -202,8 +239,12 @@ class Snapshotter:
         return self.interval_s > 0 and now - self._last >= self.interval_s and self._idle.is_set()
 
     def take(self, now: float, capture: Callable[[], Snapshot]) -> None:
-        """Copy the state now (the caller is between updates), upload it in the background."""
+        """Copy the state now (the caller is between updates), upload it in the background;
+        one upload at a time, since the next capture reuses the buffer the last one reads."""
         self._last = now
+        if not self._idle.wait(BUSY_WAIT_S):
+            log.warning("the last snapshot is still uploading; skipping this one")
+            return
         snapshot = capture()
         self._idle.clear()
         threading.Thread(target=self._upload, args=(snapshot,), daemon=True).start()
