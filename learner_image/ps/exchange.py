@@ -5,7 +5,9 @@
   blocks already summed; the peers' sums arrive into per-peer inboxes; the kernel applies
   the sums of all sidecars, in rank order, block by block as the blocks arrive. Every
   replica applies the same numbers in the same order with the same optimizer state, so the
-  replicas stay identical.
+  replicas stay identical. Rank 0 decides when to snapshot and marks that round's
+  message: every sidecar snapshots after the same round, at the same version, so a restart
+  finds a version every sidecar stored (`learner_image.ps.snapshots.agreed_version`).
 - async and bounded: a sidecar applies its own learners' gradients as the policy allows and
   ships the change of its weights since the last shipment (`weights - base`, then
   `base = weights`) whenever the previous shipment has been acknowledged; a received change
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -38,7 +40,16 @@ from learner_image.ps.peers import publish, resolver
 from learner_image.ps.region import S_EPOCH, V_DRAINED
 from learner_image.ps.server_config import ServerConfig
 from learner_image.ps.shm import map_file, round_up
-from learner_image.ps.transport import DATA, Header, Inbox, Link, Listener, Outgoing, Progress
+from learner_image.ps.transport import (
+    DATA,
+    Header,
+    Inbox,
+    Link,
+    Listener,
+    Outgoing,
+    PeerTimeout,
+    Progress,
+)
 
 if TYPE_CHECKING:
     from learner_image.ps.server import Server
@@ -46,6 +57,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("dlaas.ps.exchange")
 
 INIT_CLOCK = 2**63  # marks rank 0's initial weights
+SNAPSHOT_MARK = 1  # on a sync round's message: every sidecar snapshots after the round
+
+
+class SyncRound(NamedTuple):
+    grads: list[torch.Tensor]  # every sidecar's sum, in rank order
+    lr: float
+    gate: Callable[[int], None]
+    snapshot: bool
 
 
 class Exchange:
@@ -98,12 +117,14 @@ class Exchange:
     def _agree_on_initial_weights(self, server: Server) -> None:
         if self.config.rank == 0:
             self._send_all(server.weights, clock=INIT_CLOCK)
-            for link in self.links.values():
-                link.wait_idle()
+            self._wait_links_idle("take the initial weights")
             return
         log.info("waiting for rank 0's initial weights")
         with self._cond:
-            self._cond.wait_for(lambda: 0 in self._ready or self._closed)
+            sent = self._cond.wait_for(
+                lambda: 0 in self._ready or self._closed, self.config.peer_timeout_s
+            )
+        self._answered(sent, 0, "send its initial weights")
         header = self.inboxes[0].header
         if header is not None and header.clock == INIT_CLOCK:
             server.weights.copy_(self.inbox_tensors[0])
@@ -202,18 +223,18 @@ class Exchange:
 
     # -- sync ----------------------------------------------------------------------------
 
-    def sync_round(
-        self, grads: list[torch.Tensor], lr: float
-    ) -> tuple[list[torch.Tensor], float, Callable[[int], None]]:
+    def sync_round(self, grads: list[torch.Tensor], lr: float, snapshot: bool = False) -> SyncRound:
         """Exchange this sidecar's gradient sum for the peers'; the sums of every rank in
-        rank order, the round's learning rate, and a gate for the kernel's blocks."""
-        for link in self.links.values():
-            link.wait_idle()
+        rank order, the round's learning rate, a gate for the kernel's blocks, and whether
+        any sidecar (rank 0, with `snapshot`) asked for a snapshot after the round. Every
+        wait on a peer is bounded by `--peer-timeout` (`PeerTimeout` names the peer)."""
+        self._wait_links_idle("acknowledge the last round")
         if len(grads) == 1:
             source, ready = grads[0], None
         else:
             source, ready = self.outbox, self.outbox_ready
-        seq = self._send_all(source, lr=lr, ready=ready)
+        clock = SNAPSHOT_MARK if snapshot else 0
+        seq = self._send_all(source, clock=clock, lr=lr, ready=ready)
         if ready is not None:
             numel = source.numel()
             for start in range(0, numel, CHUNK):
@@ -227,7 +248,8 @@ class Exchange:
             inbox = self.inboxes[peer]
             with self._cond:
                 consumed = self._consumed[peer]
-            inbox.progress.wait_for(consumed + 1, 0)
+            arrived = inbox.progress.wait_for(consumed + 1, 0, self.config.peer_timeout_s)
+            self._answered(arrived, peer, "send its part of the round")
             header = inbox.header
             assert header is not None
             expected[peer] = header
@@ -240,10 +262,14 @@ class Exchange:
 
         def gate(stop: int) -> None:
             for peer, header in expected.items():
-                self.inboxes[peer].progress.wait_for(header.seq, stop * 4)
+                arrived = self.inboxes[peer].progress.wait_for(
+                    header.seq, stop * 4, self.config.peer_timeout_s
+                )
+                self._answered(arrived, peer, "finish sending its part of the round")
 
         self._round_headers = expected
-        return ordered, round_lr, gate
+        marked = snapshot or any(h.clock == SNAPSHOT_MARK for h in expected.values())
+        return SyncRound(ordered, round_lr, gate, marked)
 
     def end_round(self) -> None:
         """The round is applied: free the inboxes, and keep the learners waiting until the
@@ -251,8 +277,24 @@ class Exchange:
         for peer in self._round_headers:
             self._free(peer)
         self._round_headers = {}
-        for link in self.links.values():
-            link.wait_idle()
+        self._wait_links_idle("acknowledge this sidecar's part of the round")
+
+    def _wait_links_idle(self, what: str) -> None:
+        for peer, link in self.links.items():
+            self._answered(link.wait_idle(self.config.peer_timeout_s), peer, what)
+
+    def _answered(self, answered: bool, peer: int, what: str) -> None:
+        if answered or self._closed:
+            return
+        try:
+            host, port = self.links[peer].address()
+            where = f" at {host}:{port}"
+        except OSError:
+            where = ""
+        raise PeerTimeout(
+            f"peer sidecar rank {peer}{where} did not {what} within "
+            f"{self.config.peer_timeout_s:g} s (--peer-timeout)"
+        )
 
     def close(self) -> None:
         self._closed = True

@@ -51,8 +51,10 @@ MODES = (Mode.ASYNC, Mode.SYNC, Mode.BOUNDED)
 
 # control header words (index into `Control.header`)
 H_MAGIC, H_SLOTS, H_MODE, H_STALENESS = 0, 1, 2, 3
-# server words (index into `Control.server`), from byte 32
+# server words (index into `Control.server`), from byte 32 up to the server's semaphore
 S_EPOCH, S_PID, S_MODEL, S_APPLIED, S_MAX_STALENESS, S_MAX_GAP, S_LOST, S_SNAPSHOT = range(8)
+S_APPLYING = 8  # how many gradients the update under way holds (while the seqlock is odd)
+SERVER_WORDS = 12
 SERVER_BELL_OFFSET = 128
 # slot words the learner writes
 L_COMMITTED, L_LR, L_ATTACH, L_PID = range(4)
@@ -124,7 +126,7 @@ class Control:
         if int(self.header[H_MAGIC]) != CONTROL_MAGIC:
             raise ValueError("not a dlaas parameter-server control file")
         self.slots_count = int(self.header[H_SLOTS])
-        self.server = words(buffer, 32, 8)
+        self.server = words(buffer, 32, SERVER_WORDS)
         self.bell = Semaphore(buffer, SERVER_BELL_OFFSET)
         self.slots = [Slot(buffer, HEADER_BYTES + i * SLOT_BYTES) for i in range(self.slots_count)]
 

@@ -4,9 +4,12 @@ One process per pod (per learner process on the local backend), beside its learn
 sharing the region directory with them (`learner_image.ps.region`). Its loop:
 
 ```
- start --> take server.lock --> control file (new, or the one a previous server left)
-       --> model: the weights a learner created | the newest snapshot | wait for a learner
-           (weights left torn by a server killed mid-update: restore the newest snapshot)
+ start --> take server.lock, then create.lock (no learner creates a model meanwhile)
+       --> control file (new, or the one a previous server left) --> epoch: one past any
+           earlier start's (the control file's, the stored snapshots')
+       --> no weights: restore the snapshot (sync across sidecars: the newest version all
+           of them stored); weights left torn by a server killed mid-update: the same
+       --> release create.lock --> model: the restored one | the one a learner creates
        --> loop: wait on the bell --> acknowledge attaches --> apply what the mode allows
                  (policy.next_group) --> release learners (policy.may_release)
                  --> snapshot when due --> look for dead learners when idle
@@ -42,6 +45,7 @@ from learner_image.ps.region import (
     L_ATTACH,
     L_COMMITTED,
     S_APPLIED,
+    S_APPLYING,
     S_EPOCH,
     S_LOST,
     S_MAX_GAP,
@@ -69,7 +73,8 @@ from learner_image.ps.region import (
 from learner_image.ps.server_config import ServerConfig, parse_config
 from learner_image.ps.shm import FileLock, is_locked
 from learner_image.ps.slots import release, server_view
-from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter
+from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter, agreed_version
+from learner_image.ps.transport import PeerTimeout
 
 if TYPE_CHECKING:
     from learner_image.ps.exchange import Exchange
@@ -80,6 +85,7 @@ IDLE_WAIT_S = 0.05
 PROBE_EVERY_S = 0.02
 STOP_SNAPSHOT_WAIT_S = 60.0
 LOCK_WAIT_S = 1.0
+CREATE_WAIT_S = 30.0
 
 
 class ServerError(Exception):
@@ -107,15 +113,52 @@ class Server:
         self._last_probe = 0.0
         self._snapshotter: Snapshotter | None = None
         self._snapshot_buffer: np.ndarray | None = None
+        # sync mode across sidecars snapshots after rounds rank 0 marks, not on a timer
+        self._rounds_snapshot = config.distributed and config.mode is Mode.SYNC
+        self._mark_round = False  # rank 0: ask for a snapshot after the next round
+        self._round_snapshot = False  # the round just applied was marked
 
     # -- start-up ----------------------------------------------------------------------
 
     def open(self) -> None:
+        """Take the region: its control file, a fresh epoch, and the model restored from a
+        snapshot when the region has none (or a torn one). All of it under `create.lock`,
+        taken before the control file can appear, so no learner creates fresh weights
+        (and no restored snapshot is dropped) while a restore is under way."""
         try:
             # a learner checking whether a server is up holds the lock for a moment
             self._lock.acquire(LOCK_WAIT_S, "another parameter server holds it")
         except TimeoutError as error:
             raise ServerError(str(error)) from None
+        creating = creation_lock(self.paths)
+        try:
+            creating.acquire(CREATE_WAIT_S, "a learner is creating the model")
+        except TimeoutError as error:
+            self._lock.release()
+            raise ServerError(str(error)) from None
+        try:
+            self.control = self._open_control()
+            epoch = self._start_epoch()
+            if self.snapshots is not None:
+                self._snapshotter = Snapshotter(
+                    self.snapshots, self.config.snapshot_interval_s, epoch, self._snapshot_stored
+                )
+            self._restore()
+        finally:
+            creating.release()
+        c = self.config
+        log.info(
+            "dlaas-ps %s: %d slot(s), mode %s, staleness %d, epoch %d",
+            self.paths.root,
+            c.slots,
+            c.mode,
+            c.staleness,
+            epoch,
+        )
+
+    def _open_control(self) -> Control:
+        """The control file a previous server left, if made for this configuration, else a
+        fresh one."""
         c = self.config
         control = Control.open(self.paths) if self.paths.control.exists() else None
         if control is not None and (control.slots_count, control.mode, control.staleness) != (
@@ -132,61 +175,67 @@ class Server:
         if control is None:
             control = Control.create(self.paths, c.slots, c.mode, c.staleness)
             self._fresh_control = True
-        self.control = control
-        server = control.server
+        return control
+
+    def _start_epoch(self) -> int:
+        """One past every earlier start's: the control file's and the stored snapshots'
+        (a fresh region starts its control file from 0)."""
+        server = self.control.server
+        stored = self.snapshots.newest_epoch() if self.snapshots is not None else 0
+        epoch = max(int(server[S_EPOCH]), stored) + 1
         server[S_MODEL] = 0
-        server[S_EPOCH] = int(server[S_EPOCH]) + 1
+        server[S_EPOCH] = epoch
         server[S_PID] = os.getpid()
-        epoch = int(server[S_EPOCH])
-        if self.snapshots is not None:
-            self._snapshotter = Snapshotter(
-                self.snapshots, c.snapshot_interval_s, epoch, self._snapshot_stored
-            )
-        log.info(
-            "dlaas-ps %s: %d slot(s), mode %s, staleness %d, epoch %d",
-            self.paths.root,
-            c.slots,
-            c.mode,
-            c.staleness,
-            epoch,
-        )
+        return epoch
 
-    def wait_for_model(self, stop: threading.Event) -> bool:
-        """Map the model once it exists (restoring a snapshot if that is the only copy)."""
+    def _restore(self) -> None:
+        """Restore the snapshot the sidecars agree on when the region has no model, or one
+        a server left torn (the caller holds `create.lock`)."""
         if not self.paths.weights.exists():
-            snapshot = self.snapshots.latest() if self.snapshots is not None else None
+            snapshot = self._snapshot_to_restore()
             if snapshot is not None:
-                self._create_from(snapshot)
-                self._map_model()
-                self._restore_counters(snapshot)
-                return True
-        while not stop.is_set():
-            if self.paths.weights.exists():
-                self._map_model()
-                return True
-            self.control.bell.wait(IDLE_WAIT_S * 2)
-            self.control.bell.drain()
-        return False
-
-    def _create_from(self, snapshot: Snapshot) -> None:
-        lock = creation_lock(self.paths)
-        lock.acquire(30.0, "creating the model from a snapshot")
-        try:
-            if not self.paths.weights.exists():
-                layout = ModelLayout.from_json(snapshot.layout)
                 create_model_files(
                     self.paths,
                     self.config.slots,
-                    layout,
+                    ModelLayout.from_json(snapshot.layout),
                     OptimizerConfig.from_json(snapshot.optimizer),
                     snapshot.weights,
                     version=snapshot.version,
                     states=snapshot.states,
                     step=snapshot.step,
                 )
+                self._restore_counters(snapshot)
                 log.info("model restored from the snapshot of version %d", snapshot.version)
-        finally:
-            lock.release()
+            return
+        files = ModelFiles(self.paths, self.config.slots)
+        if int(files.weights_header[W_SEQ]) % 2:
+            self._recover_torn(files)
+
+    def _snapshot_to_restore(self) -> Snapshot | None:
+        """This sidecar's newest snapshot; in sync mode across sidecars, the newest version
+        every sidecar has, so that all of them restore the same replica."""
+        if self.snapshots is None:
+            return None
+        c = self.config
+        if not (c.distributed and c.mode is Mode.SYNC):
+            return self.snapshots.latest()
+        version = agreed_version([self.snapshots.of_rank(rank) for rank in range(c.world)])
+        if version is None:
+            snapshot = self.snapshots.latest()
+            if snapshot is not None:
+                log.warning(
+                    "no snapshot version is stored by every sidecar; restoring this one's "
+                    "newest (version %d), which the others may not share",
+                    snapshot.version,
+                )
+            return snapshot
+        snapshot = self.snapshots.latest(version)
+        if snapshot is None:
+            raise ServerError(
+                f"the snapshot of version {version}, which every sidecar stored, is "
+                f"unreadable under {self.snapshots.prefix}"
+            )
+        return snapshot
 
     def _map_model(self) -> None:
         self.files = ModelFiles(self.paths, self.config.slots)
@@ -198,8 +247,6 @@ class Server:
         self.kernel = Kernel(
             files.optimizer, self.weights, states, torch.from_numpy(files.optim_step)
         )
-        if int(files.weights_header[W_SEQ]) % 2:
-            self._recover_torn()
         if self.exchange is not None:
             self.exchange.bind(self)
         for i in range(self.config.slots):
@@ -207,18 +254,33 @@ class Server:
                 self.alive[i] = True
         self.control.server[S_MODEL] = 1
 
-    def _recover_torn(self) -> None:
-        snapshot = self.snapshots.latest() if self.snapshots is not None else None
+    def wait_for_model(self, stop: threading.Event) -> bool:
+        """Map the model once it exists (`open` restored it, or a learner creates it)."""
+        while not stop.is_set():
+            if self.paths.weights.exists():
+                self._map_model()
+                return True
+            self.control.bell.wait(IDLE_WAIT_S * 2)
+            self.control.bell.drain()
+        return False
+
+    def _recover_torn(self, files: ModelFiles) -> None:
+        snapshot = self._snapshot_to_restore()
         if snapshot is None:
+            # The update's gradients left their slots before it began: none is applied
+            # again (a part of it twice); they stay partly applied, and count as lost.
+            server = self.control.server
+            torn = int(server[S_APPLYING])
+            server[S_LOST] = int(server[S_LOST]) + torn
             log.error(
                 "the weights were left mid-update by a server that died, and there is no "
-                "snapshot: going on with one gradient partly applied"
+                "snapshot: going on with %d gradient(s) partly applied, counted as lost",
+                torn,
             )
-            self.files.weights_header[W_SEQ] = int(self.files.weights_header[W_SEQ]) + 1
+            files.weights_header[W_SEQ] = int(files.weights_header[W_SEQ]) + 1
             return
-        if snapshot.layout["numel"] != self.files.numel:
+        if snapshot.layout["numel"] != files.numel:
             raise ServerError("the newest snapshot is of another model than the region's")
-        files = self.files
         files.weights[:] = snapshot.weights
         for i, state in enumerate(files.states):
             state[:] = snapshot.states[i]
@@ -234,7 +296,11 @@ class Server:
         snapshot); older ones drained after the snapshot are lost, and counted."""
         server = self.control.server
         server[S_APPLIED] = snapshot.applied
-        if self._fresh_control or len(snapshot.drained) != len(self.control.slots):
+        if len(snapshot.drained) != len(self.control.slots):
+            return
+        if self._fresh_control:  # commit numbers start again; the tallies carry on
+            for slot, in_weights in zip(self.control.slots, snapshot.in_weights, strict=True):
+                slot.server[V_IN_WEIGHTS] = in_weights
             return
         lost = 0
         for i, slot in enumerate(self.control.slots):
@@ -260,8 +326,16 @@ class Server:
         return int(self.files.weights_header[W_VERSION])
 
     def run(self, stop: threading.Event) -> None:
-        if not self.wait_for_model(stop):
-            return
+        try:
+            if not self.wait_for_model(stop):
+                return
+            self._serve(stop)
+        except BaseException:
+            self._abandon()
+            raise
+        self.shutdown()
+
+    def _serve(self, stop: threading.Event) -> None:
         while not stop.is_set():
             if self.step():
                 self._maybe_snapshot()
@@ -274,7 +348,6 @@ class Server:
                     continue
             self.control.bell.wait(IDLE_WAIT_S)
             self.control.bell.drain()
-        self.shutdown()
 
     def views(self) -> list[policy.SlotView]:
         return [server_view(s, self.alive[i], i) for i, s in enumerate(self.control.slots)]
@@ -323,31 +396,41 @@ class Server:
     def _apply(self, views: Sequence[policy.SlotView], group: policy.Group) -> None:
         slots = self.control.slots
         header = self.files.weights_header
+        server = self.control.server
         before = self.version
         grads = [self._grads[v.index] for v in views]
         lrs = [float(slots[v.index].lr[0]) for v in views]
+        summed = group.summed or not views
+        lr = (sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr) if summed else 0.0
+        sync = None
+        if summed and views and self.exchange is not None and self.config.mode is Mode.SYNC:
+            # the peers' sums are on their way (the kernel follows them block by block)
+            sync = self.exchange.sync_round(grads, lr, self._mark_round)
+            self._mark_round = False
+            self._round_snapshot = sync.snapshot
+        # Taken out of their slots before the weights change: a server that dies mid-update
+        # leaves them drained, so its successor never applies a part of one twice.
+        server[S_APPLYING] = len(views)
+        for v in views:
+            slots[v.index].server[V_DRAINED] = v.committed
         header[W_SEQ] = int(header[W_SEQ]) + 1
-        if group.summed or not views:
-            lr = sum(lrs) / len(lrs) if lrs else self.files.optimizer.lr
-            if self.exchange is not None and self.config.mode is Mode.SYNC and views:
-                grads, lr, gate = self.exchange.sync_round(grads, lr)
-                self.kernel.apply(grads, lr, gate)
-                self.exchange.end_round()
-            else:
-                self.kernel.apply(grads, lr)
+        if sync is not None:
+            self.kernel.apply(sync.grads, sync.lr, sync.gate)
+        elif summed:
+            self.kernel.apply(grads, lr)
+        else:
+            self.kernel.apply_each(grads, lrs)
+        if summed:
             applied_at = [before] * len(views)
             updates = 1
         else:
-            self.kernel.apply_each(grads, lrs)
             applied_at = [before + i for i in range(len(views))]
             updates = len(views)
         if group.with_remote and self.exchange is not None:
             self.exchange.apply_remote()
-        server = self.control.server
         for v, at in zip(views, applied_at, strict=True):
             slot = slots[v.index].server
             staleness = max(0, at - v.read_version)
-            slot[V_DRAINED] = v.committed
             slot[V_IN_WEIGHTS] = int(slot[V_IN_WEIGHTS]) + 1
             slot[V_STALENESS] = staleness
             slot[V_APPLIED_AT] = at
@@ -356,7 +439,11 @@ class Server:
         server[S_APPLIED] = int(server[S_APPLIED]) + len(views)
         header[W_VERSION] = before + updates
         header[W_SEQ] = int(header[W_SEQ]) + 1
-        if self.exchange is not None and views and self.config.mode is not Mode.SYNC:
+        if self.exchange is None or not views:
+            return
+        if sync is not None:
+            self.exchange.end_round()
+        elif self.config.mode is not Mode.SYNC:
             self.exchange.local_update()
 
     def _release(self, views: Sequence[policy.SlotView]) -> bool:
@@ -379,8 +466,19 @@ class Server:
     # -- snapshots ---------------------------------------------------------------------
 
     def _maybe_snapshot(self) -> None:
-        if self._snapshotter is not None and self._snapshotter.due(time.monotonic()):
+        snapshotter = self._snapshotter
+        if snapshotter is None:
+            return
+        if not self._rounds_snapshot:
+            if snapshotter.due(time.monotonic()):
+                self.snapshot()
+            return
+        # sync across sidecars: rank 0 marks a round when one is due; all snapshot after it
+        if self._round_snapshot:
+            self._round_snapshot = False
             self.snapshot()
+        elif self.config.rank == 0 and snapshotter.due(time.monotonic()):
+            self._mark_round = True
 
     def snapshot(self) -> None:
         """Copy the state (between updates) and upload it in the background."""
@@ -413,6 +511,13 @@ class Server:
             weights=buffer[0],
             states=buffer[1:],
         )
+
+    def _abandon(self) -> None:
+        """Let go after an error, as a dying process would: no last snapshot (the state may
+        be mid-update), the peers' connections and `server.lock` released."""
+        if self.exchange is not None:
+            self.exchange.close()
+        self._lock.release()
 
     def shutdown(self) -> None:
         if self.exchange is not None:
@@ -503,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         serve(config, stop)
-    except ServerError as error:
+    except (ServerError, PeerTimeout) as error:
         print(f"dlaas-ps: {error}", file=sys.stderr)
         sys.exit(2)
 

@@ -3,7 +3,8 @@
     dlaas-ps [--dir DIR] [--slots N] [--mode async|sync|bounded] [--staleness S]
              [--threads T] [--snapshot-interval S] [--snapshot-dir DIR]
              [--rank R] [--world W] [--listen HOST:PORT]
-             [--peers H:P,H:P,... | --peers-dir DIR] [--job JOB] [--supervise]
+             [--peers H:P,H:P,... | --peers-dir DIR] [--peer-timeout S] [--job JOB]
+             [--supervise]
 
 Flag, environment, default:
 - `--dir` (or `--region`), `DLAAS_PS_DIR`: `/dev/shm/dlaas-ps-$TRAINING_ID-$LEARNER_ID`
@@ -21,6 +22,8 @@ Flag, environment, default:
   learners' names under the job's headless Service, `learner-N.dlaas-JOB.NS.svc:7070`)
 - `--peers-dir`, `DLAAS_PS_PEERS_DIR`: a directory where sidecars on one machine leave
   their address (the local backend's)
+- `--peer-timeout`, `DLAAS_PS_PEER_TIMEOUT`: 300 s; how long sync mode waits for a peer
+  sidecar's part of a round (its learners' step included) before it fails, naming the peer
 - `--job`, `TRAINING_ID`: names the snapshots in the object store
 """
 
@@ -36,6 +39,7 @@ from learner_image.ps.layout import Mode, default_staleness
 
 DEFAULT_PORT = 7070
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
+DEFAULT_PEER_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ServerConfig:
     peers: tuple[str, ...] = ()
     peers_dir: Path | None = None
     supervise: bool = False
+    peer_timeout_s: float = DEFAULT_PEER_TIMEOUT_S
 
     @property
     def distributed(self) -> bool:
@@ -113,6 +118,12 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     p.add_argument("--peers", default=e.get("DLAAS_PS_PEERS", ""))
     peers_dir = e.get("DLAAS_PS_PEERS_DIR")
     p.add_argument("--peers-dir", type=Path, default=Path(peers_dir) if peers_dir else None)
+    peer_timeout = e.get("DLAAS_PS_PEER_TIMEOUT")
+    p.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=float(peer_timeout) if peer_timeout else DEFAULT_PEER_TIMEOUT_S,
+    )
     p.add_argument("--supervise", action="store_true", help="restart the server if it dies")
     a = p.parse_args(list(argv))
     mode = Mode(a.mode)
@@ -129,6 +140,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     peers = tuple(x.strip() for x in a.peers.split(",") if x.strip())
     if peers and len(peers) != a.world:
         p.error(f"--peers lists {len(peers)} addresses for --world {a.world}")
+    if a.peer_timeout <= 0:
+        p.error("--peer-timeout must be more than 0 seconds")
     if a.world > 1 and not (peers or a.peers_dir):
         p.error("--world > 1 needs --peers or --peers-dir to find the other sidecars")
     staleness_bound = (
@@ -149,4 +162,5 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         peers=peers,
         peers_dir=a.peers_dir,
         supervise=a.supervise,
+        peer_timeout_s=a.peer_timeout,
     )

@@ -38,6 +38,10 @@ CHUNK_BYTES = 4 << 20
 RETRY_S = 0.05
 
 
+class PeerTimeout(TimeoutError):
+    """A peer sidecar did not answer within the time it is given."""
+
+
 @dataclass(frozen=True)
 class Header:
     kind: int
@@ -143,6 +147,10 @@ class Link:
 
     def start(self) -> None:
         self._thread.start()
+
+    def address(self) -> tuple[str, int]:
+        """The peer's current address (OSError while it is not known)."""
+        return self._address()
 
     def send(self, message: Outgoing) -> None:
         """Queue a message (the previous one must have been acknowledged)."""

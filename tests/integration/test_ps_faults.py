@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from learner_image.ps.client import ParameterServer
+from learner_image.ps.layout import SGD, ModelLayout
 from learner_image.ps.model_file import ModelFile
 from learner_image.ps.region import (
     L_COMMITTED,
@@ -139,3 +142,46 @@ def test_killed_server_restores_its_snapshot_and_learners_continue(
         assert np.array_equal(restored.vector, final.vector)
     finally:
         third.stop()
+
+
+class Died(Exception):
+    """Stands for the server process being killed."""
+
+
+def test_a_server_dying_mid_update_without_snapshots_never_applies_a_part_twice(
+    dirs: tuple[Path, Path],
+) -> None:
+    region, _ = dirs
+    args = ["--dir", str(region), "--slots", "1", "--threads", "1", "--snapshot-interval", "0"]
+    first = ThreadServer(args)
+    numel = 2 * BLOCK
+    client = ParameterServer(region, 0, timeout=30)
+    client.attach(ModelLayout.of([("w", (numel,))]), SGD(lr=1.0), np.zeros(numel, np.float32))
+    half = slice(0, numel // 2)
+
+    def die_half_way(grads: list[torch.Tensor], *rest: object) -> None:
+        first.server.weights[half].add_(grads[0][half])  # lr -1: w + g
+        raise Died
+
+    first.server.kernel.apply = die_half_way  # type: ignore[assignment,method-assign]
+    first.server.kernel.apply_each = die_half_way  # type: ignore[assignment,method-assign]
+    client.gradient[:] = 1.0
+    client.commit(-1.0)
+    first.thread.join(30)
+    assert isinstance(first.error, Died)
+    first.server._lock.release()  # as the kernel does for a process that died
+
+    second = ThreadServer(args)
+    try:
+        ctl = second.server.control
+        wait_for(lambda: int(ctl.server[S_MODEL]) == 1, 30, "the successor")
+        client.wait_released(30)
+        weights = ModelFile(region).read().vector
+        assert np.all(weights[half] == 1.0) and np.all(weights[numel // 2 :] == 0.0)
+        assert int(ctl.server[S_LOST]) == 1
+        client.push(-1.0, timeout=30)  # the learner goes on; its next gradient lands whole
+        weights = ModelFile(region).read().vector
+        assert np.all(weights[half] == 2.0) and np.all(weights[numel // 2 :] == 1.0)
+        client.close()
+    finally:
+        second.stop()

@@ -1,0 +1,218 @@
+"""A parameter server restoring its snapshot: learners that attach meanwhile get the restored
+model, snapshot names never repeat across starts, and sidecars agree on what to restore."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learner_image.ps.client import ParameterServer
+from learner_image.ps.layout import SGD, ModelLayout
+from learner_image.ps.model_file import read_model
+from learner_image.ps.region import S_APPLIED, S_EPOCH, V_IN_WEIGHTS, RegionPaths
+from learner_image.ps.server import Server
+from learner_image.ps.server_config import parse_config
+from learner_image.ps.snapshots import Snapshot, SnapshotStore
+from storage.object_store.local import LocalObjectStore
+from tests.integration.ps_harness import ThreadServer, wait_for
+
+NUMEL = 4096
+LAYOUT = ModelLayout.of([("w", (NUMEL,))])
+JOB = "restore-test"
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-restore-", dir="/dev/shm"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def stored_snapshot(version: int) -> Snapshot:
+    return Snapshot(
+        version=version,
+        applied=version,
+        drained=[version],
+        in_weights=[version],
+        layout=LAYOUT.to_json(),
+        optimizer=SGD(lr=1.0).to_json(),
+        step=float(version),
+        weights=np.full(NUMEL, float(version), np.float32),
+        states=np.empty((0, NUMEL), np.float32),
+    )
+
+
+class GatedStore(SnapshotStore):
+    """A snapshot store whose restore waits until the test lets it go on."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(LocalObjectStore(root), JOB, 0)
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+
+    def latest(self, version: int | None = None) -> Snapshot | None:
+        self.entered.set()
+        assert self.proceed.wait(30)
+        return super().latest(version)
+
+
+def server_args(region: Path, snapshots: Path, *extra: str) -> list[str]:
+    return [
+        "--dir",
+        str(region),
+        "--slots",
+        "1",
+        "--threads",
+        "1",
+        "--job",
+        JOB,
+        "--snapshot-dir",
+        str(snapshots),
+        "--snapshot-interval",
+        "60",
+        *extra,
+    ]
+
+
+def test_a_learner_attaching_during_a_restore_gets_the_restored_model(base: Path) -> None:
+    region, snapshots = base / "region", base / "snapshots"
+    SnapshotStore(LocalObjectStore(snapshots), JOB, 0).save(stored_snapshot(7), epoch=1)
+    store = GatedStore(snapshots)
+    server = Server(parse_config(server_args(region, snapshots), {}), store)
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.open()
+        server.run(stop)
+
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
+    clients: list[ParameterServer] = []
+
+    def attach() -> None:  # a fresh learner, offering zeros as the initial weights
+        client = ParameterServer(region, 0, timeout=30)
+        client.attach(LAYOUT, SGD(lr=1.0), np.zeros(NUMEL, np.float32))
+        clients.append(client)
+
+    learner = threading.Thread(target=attach, daemon=True)
+    try:
+        assert store.entered.wait(30), "the server never started its restore"
+        learner.start()
+        time.sleep(0.5)  # the learner races the restore under way
+        store.proceed.set()
+        learner.join(30)
+        assert clients, "the learner did not attach"
+        client = clients[0]
+        assert client.version == 7
+        assert np.all(client.weights == 7.0)
+        assert int(client.control.server[S_APPLIED]) == 7
+        assert int(client.slot.words.server[V_IN_WEIGHTS]) == 7
+        client.close()
+    finally:
+        store.proceed.set()
+        stop.set()
+        serving.join(30)
+
+
+def test_snapshot_names_never_repeat_across_starts_on_fresh_regions(base: Path) -> None:
+    region, snapshots = base / "region", base / "snapshots"
+    store = SnapshotStore(LocalObjectStore(snapshots), JOB, 0)
+    store.save(stored_snapshot(7), epoch=1)
+    epochs = []
+    for _ in range(2):  # the pod is replaced twice: each start has a fresh region
+        server = ThreadServer(server_args(region, snapshots))
+        wait_for(RegionPaths(region).weights.exists, 30, "the restored model")
+        epochs.append(int(server.server.control.server[S_EPOCH]))
+        server.stop()  # a last snapshot, at the restored version 7
+        shutil.rmtree(region)
+    assert epochs == [2, 3]
+    names = sorted(p.name for p in snapshots.rglob("snap-*") if (p / "COMMITTED").exists())
+    assert names == ["snap-000000000007-e2", "snap-000000000007-e3"]
+    restored = store.latest()
+    assert restored is not None and restored.version == 7
+    assert restored.in_weights == [7]
+
+
+def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
+    snapshots = base / "snapshots"
+
+    def sidecar(rank: int) -> ThreadServer:
+        return ThreadServer(
+            server_args(
+                base / f"region-{rank}",
+                snapshots,
+                "--mode",
+                "sync",
+                "--rank",
+                str(rank),
+                "--world",
+                "2",
+                "--peers-dir",
+                str(base / "peers"),
+                "--listen",
+                "127.0.0.1:0",
+            )
+        )
+
+    servers = [sidecar(rank) for rank in range(2)]
+    clients = [ParameterServer(base / f"region-{rank}", 0, timeout=30) for rank in range(2)]
+    attaching = [
+        threading.Thread(
+            target=c.attach,
+            args=(LAYOUT, SGD(lr=0.5), np.ones(NUMEL, np.float32) * 3),
+            daemon=True,
+        )
+        for c in clients
+    ]
+    for thread in attaching:
+        thread.start()
+    for thread in attaching:
+        thread.join(30)
+
+    def push_all(steps: int) -> None:
+        pushes = [
+            threading.Thread(target=lambda c=c: [c.push(timeout=30) for _ in range(steps)])
+            for c in clients
+        ]
+        for rank, c in enumerate(clients):
+            c.gradient[:] = rank + 1.0
+        for thread in pushes:
+            thread.start()
+        for thread in pushes:
+            thread.join(60)
+
+    push_all(5)
+    for server in servers:  # from now on a snapshot is due as soon as the last is stored
+        assert server.server._snapshotter is not None
+        server.server._snapshotter.interval_s = 1e-6
+    push_all(3)
+    for c in clients:
+        c.close()
+    for server in servers:
+        server.stop()
+    # rank 1's last snapshot never made it to the store: it has older versions only
+    rank_stores = [SnapshotStore(LocalObjectStore(snapshots), JOB, r) for r in range(2)]
+    newest = max(rank_stores[1].versions())
+    for name in (snapshots / "jobs" / JOB / "ps" / "1").glob(f"snap-{newest:012d}-*"):
+        shutil.rmtree(name)
+    assert max(rank_stores[0].versions()) > max(rank_stores[1].versions())
+    for rank in range(2):
+        shutil.rmtree(base / f"region-{rank}")
+
+    servers = [sidecar(rank) for rank in range(2)]
+    try:
+        for rank in range(2):
+            wait_for(RegionPaths(base / f"region-{rank}").weights.exists, 30, "a restore")
+        models = [read_model(base / f"region-{rank}") for rank in range(2)]
+        assert models[0].version == models[1].version == max(rank_stores[1].versions())
+        assert np.array_equal(models[0].vector, models[1].vector)
+    finally:
+        for server in servers:
+            server.stop()
