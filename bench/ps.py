@@ -1,6 +1,6 @@
 """The parameter-server sidecar against its baselines, all measured in this run.
 
-    .venv/bin/python -m bench.ps            # about 3 minutes
+    .venv/bin/python -m bench.ps            # about a minute
 
 1. Ceiling: the best copy bandwidth this machine shows with all its cores (torch's
    multithreaded copy, numpy's single-threaded one, numpy split over threads; the median of
