@@ -24,7 +24,9 @@ directory, and the runner may already have uploaded it). A `ckpt-*` directory fo
 which is not committed is replaced.
 
 Only rank 0 writes unless `all_ranks=True` (each learner then needs its own CHECKPOINT_DIR,
-as it has on Kubernetes; learners sharing one directory would keep only the first writer's).
+as it has on Kubernetes; learners sharing one directory would keep only the first writer's),
+or the job restarts each learner on its own (`restart_policy.scope: learner`): then every
+learner writes, and restores, checkpoints of its own.
 """
 
 from __future__ import annotations
@@ -283,10 +285,11 @@ def save_checkpoint_files(
 ) -> Path | None:
     """Commit a checkpoint made of `files` (relative name -> bytes or a file to copy).
 
-    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`).
+    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`, or
+    each learner keeps checkpoints of its own).
     """
     e = env()
-    if e.rank != 0 and not all_ranks:
+    if not e.writes_checkpoints and not all_ranks:
         return None
     writers = {
         rel: _bytes_writer(src) if isinstance(src, bytes) else _path_writer(Path(src))
@@ -303,10 +306,11 @@ def save_checkpoint(
     A mapping (model and optimizer state dicts, RNG states, counters...) is written with
     `torch.save` as `state.pt`; a callable is called and the bytes it returns are written as
     they are to `state.bin` (read them back with `Checkpoint.read("state.bin")`).
-    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`).
+    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`, or
+    each learner keeps checkpoints of its own).
     """
     e = env()
-    if e.rank != 0 and not all_ranks:
+    if not e.writes_checkpoints and not all_ranks:
         return None
     if callable(state):
         return _commit(

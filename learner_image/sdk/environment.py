@@ -34,6 +34,9 @@ class LearnerEnv:
     master_port: int | None
     checkpoint_interval_s: float
     checkpoint_keep: int
+    # `restart_policy.scope: learner`: each learner is restarted on its own, from checkpoints
+    # of its own, so every learner writes them, not only rank 0.
+    own_checkpoints: bool = False
 
     @property
     def is_distributed(self) -> bool:
@@ -44,6 +47,12 @@ class LearnerEnv:
     def is_chief(self) -> bool:
         """True on rank 0, the learner that writes checkpoints and results."""
         return self.rank == 0
+
+    @property
+    def writes_checkpoints(self) -> bool:
+        """True on the learners whose checkpoints are kept: rank 0, or every learner that
+        keeps checkpoints of its own."""
+        return self.is_chief or self.own_checkpoints
 
     @property
     def in_dlaas(self) -> bool:
@@ -115,4 +124,5 @@ def env(environ: Mapping[str, str] | None = None) -> LearnerEnv:
         master_port=_int(e, "MASTER_PORT", None),
         checkpoint_interval_s=_float(e, "DLAAS_CHECKPOINT_INTERVAL", DEFAULT_CHECKPOINT_INTERVAL_S),
         checkpoint_keep=keep,
+        own_checkpoints=e.get("DLAAS_RESTART_SCOPE", "").strip() == "learner",
     )

@@ -30,6 +30,7 @@ LEARNER_VARS = (
     "RESULT_DIR",
     "LOG_DIR",
     "CHECKPOINT_DIR",
+    "DLAAS_RESTART_SCOPE",
     "MASTER_ADDR",
     "MASTER_PORT",
     "DLAAS_CHECKPOINT_INTERVAL",
@@ -210,6 +211,17 @@ def test_other_ranks_do_not_write(ckpt_dir: Path, monkeypatch: pytest.MonkeyPatc
     assert sdk.save_checkpoint(lambda: b"1", 1) is None
     assert not ckpt_dir.exists()
     path = sdk.save_checkpoint_files({"a": b"1"}, 1, all_ranks=True)
+    assert path is not None and verify_checkpoint(path) is not None
+
+
+def test_every_learner_writes_when_each_is_restarted_on_its_own(
+    ckpt_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("DLAAS_RESTART_SCOPE", "learner")
+    assert sdk.env().writes_checkpoints and not sdk.env().is_chief
+    path = sdk.save_checkpoint_files({"a": b"1"}, 1)
     assert path is not None and verify_checkpoint(path) is not None
 
 
