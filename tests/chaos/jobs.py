@@ -33,6 +33,7 @@ def stepper_manifest(
     keep: int = 2,
     max_restarts: int = 12,
     heartbeat_timeout_s: float = 4.0,
+    scope: str = "gang",
 ) -> Path:
     command = f"python train.py --steps {steps} --step-delay {step_delay}"
     if checkpoint_mb:
@@ -45,7 +46,7 @@ def stepper_manifest(
         f"framework:\n  name: python\n  command: {json.dumps(command)}\n"
         f"checkpoint: {{interval_s: {interval_s}, keep: {keep}}}\n"
         f"restart_policy: {{max_restarts: {max_restarts}, backoff_s: 0.1, backoff_max_s: 0.2, "
-        f"heartbeat_timeout_s: {heartbeat_timeout_s}}}\n"
+        f"heartbeat_timeout_s: {heartbeat_timeout_s}, scope: {scope}}}\n"
     )
     return path
 
