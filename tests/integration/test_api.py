@@ -130,6 +130,13 @@ def _bomb_zip() -> bytes:
         (b"- just\n- a list\n", MODEL_ZIP, 422, "manifest", None),
         (MANIFEST.replace(b"learners: 2", b"learners: 0"), MODEL_ZIP, 422, "learners", None),
         (MANIFEST.replace(b"1Gb", b"lots"), MODEL_ZIP, 422, "memory", None),
+        (
+            MANIFEST + b"restart_policy: {scope: pod}\n",
+            MODEL_ZIP,
+            422,
+            "restart_policy.scope",
+            "invalid_manifest",
+        ),
         (MANIFEST, _zip_with("../../etc/cron.d/evil"), 422, "model", "unsafe_path"),
         (MANIFEST, _zip_with("/etc/passwd"), 422, "model", "unsafe_path"),
         (MANIFEST, _symlink_zip(), 422, "model", "link_in_archive"),
@@ -146,6 +153,8 @@ async def test_bad_input_is_refused_naming_the_field(
         body = response.json()
         assert body["field"] == field, body
         assert body["detail"]
+        if field == "restart_policy.scope":  # the values it takes, too
+            assert "'gang' or 'learner'" in body["detail"], body
         if code:
             assert body["error"] == code, body
         assert (await alice.get("/v2/jobs")).json() == {"jobs": []}
