@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from learner_image.ps.region import L_COMMITTED, V_DRAINED, Control, RegionPaths
+from learner_image.ps.region import L_COMMITTED, V_RELEASED, Control, RegionPaths
 from learner_image.ps.server import Server, open_snapshots
 from learner_image.ps.server_config import parse_config
 
@@ -61,8 +61,10 @@ def control(directory: Path, timeout: float = 30.0) -> Control:
     return Control.open(paths)
 
 
-def drained(control: Control) -> bool:
-    return all(int(s.learner[L_COMMITTED]) == int(s.server[V_DRAINED]) for s in control.slots)
+def settled(control: Control) -> bool:
+    """Every committed gradient applied and its counters written: each slot released (a
+    slot is drained before its update is applied, released once the update is counted)."""
+    return all(int(s.learner[L_COMMITTED]) == int(s.server[V_RELEASED]) for s in control.slots)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

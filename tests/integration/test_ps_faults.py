@@ -33,8 +33,8 @@ from tests.integration.ps_harness import (
     ROOT,
     ThreadServer,
     control,
-    drained,
     process_server,
+    settled,
     wait_for,
 )
 from tests.integration.ps_stress_learner import BLOCK
@@ -112,7 +112,7 @@ def test_killed_server_restores_its_snapshot_and_learners_continue(
         )
         for process in learners:
             assert process.wait(90) == 0  # they waited for the new server, then finished
-        wait_for(lambda: drained(ctl), 30, "the last gradients")
+        wait_for(lambda: settled(ctl), 30, "the last gradients")
         committed = [int(s.learner[L_COMMITTED]) for s in ctl.slots]
         in_weights = [int(s.server[V_IN_WEIGHTS]) for s in ctl.slots]
         weights = ModelFile(region).read().vector

@@ -26,7 +26,7 @@ from learner_image.ps.region import (
     V_IN_WEIGHTS,
     Control,
 )
-from tests.integration.ps_harness import ROOT, ThreadServer, control, drained, wait_for
+from tests.integration.ps_harness import ROOT, ThreadServer, control, settled, wait_for
 from tests.integration.ps_stress_learner import (
     BLOCK,
     SEEN_GAP,
@@ -122,7 +122,7 @@ def test_every_committed_gradient_is_applied_once_despite_kills(region: Path) ->
             for slot, process in learners.items():
                 if process.poll() not in (None, 0):
                     learners[slot] = spawn(region, slot, next(seeds))
-        wait_for(lambda: drained(ctl), 30, "the last gradients to be applied")
+        wait_for(lambda: settled(ctl), 30, "the last gradients to be applied")
     finally:
         for process in learners.values():
             process.kill()
@@ -146,7 +146,7 @@ def test_bounded_mode_never_lets_a_learner_run_further_ahead_than_the_bound(
     try:
         for process in learners:
             assert process.wait(120) == 0
-        wait_for(lambda: drained(ctl), 30, "the last gradients to be applied")
+        wait_for(lambda: settled(ctl), 30, "the last gradients to be applied")
     finally:
         for process in learners:
             process.kill()
