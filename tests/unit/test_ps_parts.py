@@ -92,6 +92,10 @@ def test_configuration_from_the_environment_and_its_errors() -> None:
         parse_config(["--mode", "bounded"], {})
     with pytest.raises(SystemExit):
         parse_config(["--world", "2"], {})
+    assert config.peer_timeout_s == 300.0
+    assert parse_config([], {"DLAAS_PS_PEER_TIMEOUT": "7.5"}).peer_timeout_s == 7.5
+    with pytest.raises(SystemExit):
+        parse_config(["--peer-timeout", "0"], {})
 
 
 def test_sidecar_wiring() -> None:
