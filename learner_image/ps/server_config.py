@@ -22,8 +22,9 @@ Flag, environment, default:
   learners' names under the job's headless Service, `learner-N.dlaas-JOB.NS.svc:7070`)
 - `--peers-dir`, `DLAAS_PS_PEERS_DIR`: a directory where sidecars on one machine leave
   their address (the local backend's)
-- `--peer-timeout`, `DLAAS_PS_PEER_TIMEOUT`: 300 s; how long sync mode waits for a peer
-  sidecar's part of a round (its learners' step included) before it fails, naming the peer
+- `--peer-timeout`, `DLAAS_PS_PEER_TIMEOUT`: 300 s; how long a sidecar waits for a peer
+  sidecar (for the initial weights at the first start; in sync mode, for the peer's part
+  of each round, its learners' step included) before it fails, naming the peer
 - `--job`, `TRAINING_ID`: names the snapshots in the object store
 """
 
