@@ -142,12 +142,15 @@ def test_snapshot_names_never_repeat_across_starts_on_fresh_regions(base: Path) 
 
 def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
     snapshots = base / "snapshots"
+    rounds = 8
 
     def sidecar(rank: int) -> ThreadServer:
         return ThreadServer(
             server_args(
                 base / f"region-{rank}",
                 snapshots,
+                "--snapshot-interval",
+                "0.01",
                 "--mode",
                 "sync",
                 "--rank",
@@ -163,46 +166,28 @@ def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
 
     servers = [sidecar(rank) for rank in range(2)]
     clients = [ParameterServer(base / f"region-{rank}", 0, timeout=30) for rank in range(2)]
-    attaching = [
-        threading.Thread(
-            target=c.attach,
-            args=(LAYOUT, SGD(lr=0.5), np.ones(NUMEL, np.float32) * 3),
-            daemon=True,
-        )
-        for c in clients
-    ]
-    for thread in attaching:
+
+    def train(rank: int) -> None:
+        client = clients[rank]
+        client.attach(LAYOUT, SGD(lr=0.5), np.full(NUMEL, 3.0, np.float32))
+        client.gradient[:] = rank + 1.0
+        for _ in range(rounds):
+            client.push(timeout=30)
+        client.close()
+
+    learners = [threading.Thread(target=train, args=(rank,), daemon=True) for rank in range(2)]
+    for thread in learners:
         thread.start()
-    for thread in attaching:
-        thread.join(30)
-
-    def push_all(steps: int) -> None:
-        pushes = [
-            threading.Thread(target=lambda c=c: [c.push(timeout=30) for _ in range(steps)])
-            for c in clients
-        ]
-        for rank, c in enumerate(clients):
-            c.gradient[:] = rank + 1.0
-        for thread in pushes:
-            thread.start()
-        for thread in pushes:
-            thread.join(60)
-
-    push_all(5)
-    for server in servers:  # from now on a snapshot is due as soon as the last is stored
-        assert server.server._snapshotter is not None
-        server.server._snapshotter.interval_s = 1e-6
-    push_all(3)
-    for c in clients:
-        c.close()
+    for thread in learners:
+        thread.join(60)
+    assert all(c.version == rounds for c in clients)
     for server in servers:
-        server.stop()
+        server.stop()  # each takes a last snapshot at the last round's version
     # rank 1's last snapshot never made it to the store: it has older versions only
-    rank_stores = [SnapshotStore(LocalObjectStore(snapshots), JOB, r) for r in range(2)]
-    newest = max(rank_stores[1].versions())
-    for name in (snapshots / "jobs" / JOB / "ps" / "1").glob(f"snap-{newest:012d}-*"):
+    ranks = [SnapshotStore(LocalObjectStore(snapshots), JOB, rank) for rank in range(2)]
+    for name in (snapshots / "jobs" / JOB / "ps" / "1").glob(f"snap-{rounds:012d}-*"):
         shutil.rmtree(name)
-    assert max(rank_stores[0].versions()) > max(rank_stores[1].versions())
+    assert max(ranks[0].versions()) == rounds > max(ranks[1].versions())
     for rank in range(2):
         shutil.rmtree(base / f"region-{rank}")
 
@@ -211,7 +196,9 @@ def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
         for rank in range(2):
             wait_for(RegionPaths(base / f"region-{rank}").weights.exists, 30, "a restore")
         models = [read_model(base / f"region-{rank}") for rank in range(2)]
-        assert models[0].version == models[1].version == max(rank_stores[1].versions())
+        # the newest version both stored: rank 0 snapshots after the rounds it marks, and
+        # rank 1 after the same rounds
+        assert models[0].version == models[1].version == max(ranks[1].versions())
         assert np.array_equal(models[0].vector, models[1].vector)
     finally:
         for server in servers:
