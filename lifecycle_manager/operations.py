@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from lifecycle_manager.backends.base import BackendUnavailable, NoCapacity
+from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoCapacity
 from lifecycle_manager.capacity_wait import (
     CAPACITY_RETRY_S,
     requeue_for_capacity,
@@ -55,8 +55,11 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
 
     Run again on a DEPLOYING job, it creates whatever learner of the attempt is missing.
     A gang the cluster cannot hold yet goes back to QUEUED and keeps its attempt
-    (`capacity_wait`).
+    (`capacity_wait`); while the cluster still lacks room it stays there quietly.
     """
+    waiting = await _still_waiting_for_capacity(ctx, job_id)
+    if waiting is not None:
+        return waiting
     async with ctx.sessions.begin() as session:
         job = await repo.get_job_any(session, job_id)
         if job is None:
@@ -82,22 +85,7 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             await repo.reset_learners(session, job_id, job.learners, attempt, only=recreate)
         elif job.state != JobState.DEPLOYING:
             return Outcome(f"nothing to deploy: the job is {job.state}")
-        # The learners of this attempt: all of a gang, or those a learner restart re-creates.
-        of_attempt = {
-            r.index for r in await repo.learners_of(session, job_id) if r.attempt == attempt
-        }
-        specs = [
-            spec
-            for spec in learner_specs(
-                job_id=job.id,
-                owner_id=job.owner_id,
-                attempt=attempt,
-                num_learners=job.learners,
-                manifest=job.manifest,
-                settings=ctx.settings,
-            )
-            if spec.learner in of_attempt
-        ]
+        specs = await _specs_of_attempt(ctx, session, job, attempt)
     try:
         created = await ctx.backend.create_learners(specs)
     except NoCapacity as refusal:
@@ -128,6 +116,51 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             await ctx.backend.delete_learner(spec.name)
         return Outcome("the job changed while deploying; its learners were stopped")
     return Outcome(f"attempt {attempt}: {len(created)} of {len(specs)} learners created")
+
+
+async def _specs_of_attempt(
+    ctx: Context, session: AsyncSession, job: Job, attempt: int
+) -> list[LearnerSpec]:
+    """The learners of `attempt`: all of a gang, or those a learner restart re-creates."""
+    of_attempt = {r.index for r in await repo.learners_of(session, job.id) if r.attempt == attempt}
+    return [
+        spec
+        for spec in learner_specs(
+            job_id=job.id,
+            owner_id=job.owner_id,
+            attempt=attempt,
+            num_learners=job.learners,
+            manifest=job.manifest,
+            settings=ctx.settings,
+        )
+        if spec.learner in of_attempt
+    ]
+
+
+async def _still_waiting_for_capacity(ctx: Context, job_id: str) -> Outcome | None:
+    """For a job waiting QUEUED for room: an Outcome to retry later while the cluster still
+    lacks it (only a changed shortfall is written, as the job's reason, so a long wait adds
+    no events), or None to go on deploying."""
+    async with ctx.sessions() as session:
+        job = await repo.get_job_any(session, job_id)
+        if (
+            job is None
+            or job.desired != Desired.RUN
+            or not await waiting_for_capacity(session, job)
+        ):
+            return None
+        specs = await _specs_of_attempt(ctx, session, job, job.attempt)
+    try:
+        shortfall = await ctx.backend.room_for(specs)
+    except BackendUnavailable:
+        return None  # deploying reports it as it does for any unreachable cluster
+    if shortfall is None:
+        return None
+    reason = f"waiting for capacity: {shortfall}"
+    if reason != job.reason:
+        async with ctx.sessions.begin() as session:
+            await repo.update_job(session, job_id, reason=reason)
+    return Outcome(reason, retry_after=CAPACITY_RETRY_S)
 
 
 async def recover_job(ctx: Context, job_id: str) -> Outcome:

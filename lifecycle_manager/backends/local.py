@@ -37,6 +37,9 @@ class LocalBackend:
         responses = await asyncio.gather(*(self._put(spec) for spec in specs))
         return [spec.name for spec, created in zip(specs, responses, strict=True) if created]
 
+    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
+        return None  # the node agent runs whatever it is given
+
     async def _put(self, spec: LearnerSpec) -> bool:
         body = {
             "job": spec.job_id,

@@ -355,7 +355,8 @@ async def test_a_gang_the_nodes_cannot_hold_waits_queued_without_creating_anythi
         core.create_node(node(name, {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
     job_id = await make_job(kube_ctx, "python train.py", learners=3, gpus=2, cpus=4)
     pending = {n: (1, "PENDING") for n in (1, 2, 3)}
-    for _try in range(2):  # refused again and again: still the one attempt, still waiting
+    logged: list[tuple[str, str]] = []
+    for _try in range(3):  # refused again and again: still the one attempt, still waiting
         outcome = await operations.deploy_job(kube_ctx, job_id)
         assert outcome.retry_after is not None
         job = await load(kube_ctx, job_id)
@@ -367,6 +368,9 @@ async def test_a_gang_the_nodes_cannot_hold_waits_queued_without_creating_anythi
         assert await learner_rows(kube_ctx, job_id) == pending
         assert not pods_of(emulator, namespace, job_id)
         assert not emulator.objects("secrets", namespace)
+        # Waiting on adds no events: only the first refusal is one.
+        assert not logged or await events(kube_ctx, job_id) == logged
+        logged = await events(kube_ctx, job_id)
 
     core.create_node(node("gpu-c", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
     report = await reconcile(kube_ctx)  # the sweep that deploys QUEUED jobs

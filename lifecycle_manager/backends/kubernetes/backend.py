@@ -93,8 +93,9 @@ class KubernetesBackend:
             return []
         job_id = specs[0].job_id
         pods = [pod_manifest(spec, self.options) for spec in specs]
-        if self.admission:
-            await self._admit(job_id, pods)
+        shortfall = await self._shortfall(job_id, pods)
+        if shortfall is not None:
+            raise NoCapacity(shortfall)
         _plain, credentials = split_env(specs[0].env)
         root = await asyncio.to_thread(self._ensure_secret, job_id, credentials)
         owner = owner_reference(root)
@@ -123,7 +124,17 @@ class KubernetesBackend:
         made = [result for result in results[-len(pods) :] if isinstance(result, tuple)]
         return [spec.name for spec, (_obj, created) in zip(specs, made, strict=True) if created]
 
-    async def _admit(self, job_id: str, gang: list[dict[str, Any]]) -> None:
+    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
+        if not specs:
+            return None
+        return await self._shortfall(
+            specs[0].job_id, [pod_manifest(spec, self.options) for spec in specs]
+        )
+
+    async def _shortfall(self, job_id: str, gang: list[dict[str, Any]]) -> str | None:
+        """What the nodes lack to hold the gang's pods not created yet (gang admission)."""
+        if not self.admission:
+            return None
         core = self.calls.core
         nodes, pods = await asyncio.gather(
             asyncio.to_thread(self.calls.json, core.list_node),
@@ -141,10 +152,8 @@ class KubernetesBackend:
         }
         missing = [pod for pod in gang if _name(pod) not in existing]
         if not missing:
-            return
-        reason = admit(missing, nodes.get("items") or [], pods.get("items") or [])
-        if reason is not None:
-            raise NoCapacity(reason)
+            return None
+        return admit(missing, nodes.get("items") or [], pods.get("items") or [])
 
     def _ensure_secret(self, job_id: str, credentials: Mapping[str, str]) -> dict[str, Any]:
         """The job's Secret with the current credentials, as the API server holds it."""
