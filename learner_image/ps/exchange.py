@@ -15,8 +15,9 @@
   counts as one update for the staleness bound. Each message carries the sender's slowest
   learner clock, which bounded mode includes in its floor.
 
-At the first start (version 0), rank 0 sends its initial weights to every peer and the
-peers take them before serving, so all replicas start from the same point. Message numbers
+At the first start (version 0, nothing restored), rank 0 sends its initial weights to every
+peer and the peers take them before serving, so all replicas start from the same point (a
+restore starts them alike by itself: `learner_image.ps.restore`). Message numbers
 start at the server's epoch shifted left by 32, so a restarted sidecar's messages are never
 taken for resent ones.
 
@@ -110,7 +111,7 @@ class Exchange:
         self.listener.start()
         for link in self.links.values():
             link.start()
-        if server.version == 0:
+        if server.version == 0 and not server.restored:
             self._agree_on_initial_weights(server)
         self.base.copy_(server.weights)
 

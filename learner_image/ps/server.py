@@ -7,8 +7,8 @@ sharing the region directory with them (`learner_image.ps.region`). Its loop:
  start --> take server.lock, then create.lock (no learner creates a model meanwhile)
        --> control file (new, or the one a previous server left) --> epoch: one past any
            earlier start's (the control file's, the stored snapshots')
-       --> no weights: restore the snapshot (sync across sidecars: the newest version all
-           of them stored); weights left torn by a server killed mid-update: the same
+       --> no weights: restore the snapshot the job's sidecars agree on (`restore`);
+           weights left torn by a server killed mid-update: the same
        --> release create.lock --> model: the restored one | the one a learner creates
        --> loop: wait on the bell --> acknowledge attaches --> apply what the mode allows
                  (policy.next_group) --> release learners (policy.may_release)
@@ -70,10 +70,11 @@ from learner_image.ps.region import (
     creation_lock,
     ensure_directory,
 )
+from learner_image.ps.restore import UnreadableSnapshot, snapshot_to_restore
 from learner_image.ps.server_config import ServerConfig, parse_config
 from learner_image.ps.shm import FileLock, is_locked
 from learner_image.ps.slots import release, server_view
-from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter, agreed_version
+from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter
 from learner_image.ps.transport import PeerTimeout
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Server:
         self.alive = [False] * config.slots
         self._grads: list[torch.Tensor] = []
         self._fresh_control = False
+        self.restored = False  # the model came from a snapshot (the replicas agree already)
         self._last_probe = 0.0
         self._snapshotter: Snapshotter | None = None
         self._snapshot_buffer: np.ndarray | None = None
@@ -205,6 +207,7 @@ class Server:
                     step=snapshot.step,
                 )
                 self._restore_counters(snapshot)
+                self.restored = True
                 log.info("model restored from the snapshot of version %d", snapshot.version)
             return
         files = ModelFiles(self.paths, self.config.slots)
@@ -212,30 +215,13 @@ class Server:
             self._recover_torn(files)
 
     def _snapshot_to_restore(self) -> Snapshot | None:
-        """This sidecar's newest snapshot; in sync mode across sidecars, the newest version
-        every sidecar has, so that all of them restore the same replica."""
+        """The snapshot the sidecars of the job agree on (`learner_image.ps.restore`)."""
         if self.snapshots is None:
             return None
-        c = self.config
-        if not (c.distributed and c.mode is Mode.SYNC):
-            return self.snapshots.latest()
-        version = agreed_version([self.snapshots.of_rank(rank) for rank in range(c.world)])
-        if version is None:
-            snapshot = self.snapshots.latest()
-            if snapshot is not None:
-                log.warning(
-                    "no snapshot version is stored by every sidecar; restoring this one's "
-                    "newest (version %d), which the others may not share",
-                    snapshot.version,
-                )
-            return snapshot
-        snapshot = self.snapshots.latest(version)
-        if snapshot is None:
-            raise ServerError(
-                f"the snapshot of version {version}, which every sidecar stored, is "
-                f"unreadable under {self.snapshots.prefix}"
-            )
-        return snapshot
+        try:
+            return snapshot_to_restore(self.config, self.snapshots)
+        except UnreadableSnapshot as error:
+            raise ServerError(str(error)) from None
 
     def _map_model(self) -> None:
         self.files = ModelFiles(self.paths, self.config.slots)

@@ -15,9 +15,8 @@ fresh region: a starting server takes the epoch after the newest one in the stor
 snapshot, never writes over anything.
 
 The sidecars of one job each keep their own snapshots under their rank. In sync mode they
-snapshot together, after the same round (`learner_image.ps.exchange`), and a restart
-restores on every rank the newest version all of them committed (`agreed_version`), so
-the replicas come back identical.
+snapshot together, after the same round (`learner_image.ps.exchange`), so that there is a
+version all of them committed (`agreed_version`) to restore (`learner_image.ps.restore`).
 """
 
 from __future__ import annotations

@@ -140,7 +140,8 @@ def test_snapshot_names_never_repeat_across_starts_on_fresh_regions(base: Path) 
     assert restored.in_weights == [7]
 
 
-def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sidecars_of_a_job_restore_the_same_replica(base: Path, mode: str) -> None:
     snapshots = base / "snapshots"
     rounds = 8
 
@@ -152,7 +153,7 @@ def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
                 "--snapshot-interval",
                 "0.01",
                 "--mode",
-                "sync",
+                mode,
                 "--rank",
                 str(rank),
                 "--world",
@@ -180,14 +181,15 @@ def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
         thread.start()
     for thread in learners:
         thread.join(60)
-    assert all(c.version == rounds for c in clients)
+    assert all(c.version >= rounds for c in clients)
     for server in servers:
-        server.stop()  # each takes a last snapshot at the last round's version
-    # rank 1's last snapshot never made it to the store: it has older versions only
+        server.stop()  # each takes a last snapshot
+    # rank 1's last snapshot never made it to the store: it has older ones only
     ranks = [SnapshotStore(LocalObjectStore(snapshots), JOB, rank) for rank in range(2)]
-    for name in (snapshots / "jobs" / JOB / "ps" / "1").glob(f"snap-{rounds:012d}-*"):
+    last = max(ranks[1].versions())
+    for name in (snapshots / "jobs" / JOB / "ps" / "1").glob(f"snap-{last:012d}-*"):
         shutil.rmtree(name)
-    assert max(ranks[0].versions()) == rounds > max(ranks[1].versions())
+    assert ranks[1].versions() and max(ranks[1].versions()) < last
     for rank in range(2):
         shutil.rmtree(base / f"region-{rank}")
 
@@ -196,10 +198,9 @@ def test_sync_sidecars_restore_the_same_version(base: Path) -> None:
         for rank in range(2):
             wait_for(RegionPaths(base / f"region-{rank}").weights.exists, 30, "a restore")
         models = [read_model(base / f"region-{rank}") for rank in range(2)]
-        # the newest version both stored: rank 0 snapshots after the rounds it marks, and
-        # rank 1 after the same rounds
-        assert models[0].version == models[1].version == max(ranks[1].versions())
         assert np.array_equal(models[0].vector, models[1].vector)
+        if mode == "sync":  # the newest version both stored: they snapshot after the same rounds
+            assert models[0].version == models[1].version == max(ranks[1].versions())
     finally:
         for server in servers:
             server.stop()
