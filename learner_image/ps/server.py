@@ -183,12 +183,22 @@ class Server:
         """One past every earlier start's: the control file's and the stored snapshots'
         (a fresh region starts its control file from 0)."""
         server = self.control.server
-        stored = self.snapshots.newest_epoch() if self.snapshots is not None else 0
-        epoch = max(int(server[S_EPOCH]), stored) + 1
+        epoch = max(int(server[S_EPOCH]), self._stored_epoch()) + 1
         server[S_MODEL] = 0
         server[S_EPOCH] = epoch
         server[S_PID] = os.getpid()
         return epoch
+
+    def _stored_epoch(self) -> int:
+        """The newest epoch in the snapshot store; 0 if none, or if the store cannot be
+        listed now (a server whose region is intact still starts; a restore would fail)."""
+        if self.snapshots is None:
+            return 0
+        try:
+            return self.snapshots.newest_epoch()
+        except Exception as error:  # any store error: the control file's epoch goes on
+            log.warning("snapshot store not listed (%s); epoch from the control file", error)
+            return 0
 
     def _restore(self) -> None:
         """Restore the snapshot the sidecars agree on when the region has no model, or one

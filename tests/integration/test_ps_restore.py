@@ -204,3 +204,28 @@ def test_sidecars_of_a_job_restore_the_same_replica(base: Path, mode: str) -> No
     finally:
         for server in servers:
             server.stop()
+
+
+class UnreachableStore(SnapshotStore):
+    """A snapshot store that cannot be listed (an object store that is down)."""
+
+    def _stored(self) -> list[tuple[int, int, str, bool]]:
+        raise OSError("object store unreachable")
+
+
+def test_a_server_on_an_intact_region_starts_while_the_store_is_down(base: Path) -> None:
+    region, snapshots = base / "region", base / "snapshots"
+    first = ThreadServer(server_args(region, snapshots))
+    client = ParameterServer(region, 0, timeout=30)
+    client.attach(LAYOUT, SGD(lr=1.0), np.zeros(NUMEL, np.float32))
+    client.close()
+    epoch = int(first.server.control.server[S_EPOCH])
+    first.stop()
+
+    config = parse_config(server_args(region, snapshots), {})
+    second = Server(config, UnreachableStore(LocalObjectStore(snapshots), JOB, 0))
+    second.open()
+    try:
+        assert int(second.control.server[S_EPOCH]) == epoch + 1
+    finally:
+        second._lock.release()
