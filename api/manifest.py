@@ -401,6 +401,20 @@ class Manifest(_Lenient):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _learner_scope_needs_independent_learners(self) -> Manifest:
+        # Learners sharing a parameter server are one model: a learner restarted alone
+        # would bring back its pod's sidecar from a snapshot older than its peers' weights.
+        if self.restart_policy.scope == "learner" and self.parameter_server is not None:
+            raise PydanticCustomError(
+                "restart_policy",
+                "scope learner restarts one learner alone, but learners sharing a "
+                "parameter_server are not independent; use scope: gang or remove the "
+                "parameter_server block",
+                {"subpath": "restart_policy.scope"},
+            )
+        return self
+
     def normalized(self) -> dict[str, Any]:
         """Everything needed to run the job (credentials included), as JSON-ready data.
 

@@ -440,6 +440,11 @@ def test_restart_scope_and_exit_codes_accepted() -> None:
         ("restart_policy: {scope: pod}", "restart_policy.scope", "'gang' or 'learner'"),
         ("restart_policy: {scope: pod}", "restart_policy.scope", "learner (only the failed"),
         (
+            "restart_policy: {scope: learner}\nparameter_server: {mode: async}",
+            "restart_policy.scope",
+            "use scope: gang or remove the parameter_server block",
+        ),
+        (
             "restart_policy: {fail_on_exit_codes: [0]}",
             "restart_policy.fail_on_exit_codes[0]",
             "exit codes from 1 to 255",
