@@ -203,3 +203,28 @@ def test_halt_and_resume_each_survive_a_worker_crash(platform: Platform, tmp_pat
     [resumed] = events(done, "resumed")
     assert resumed["detail"]["attempt"] == 2
     assert _jobs_named(platform, "halt-resume-crash") == [job]
+
+
+def test_halt_and_resume_each_survive_a_redis_and_an_api_crash(
+    platform: Platform, tmp_path: Path
+) -> None:
+    steps = 150
+    job = submit_stepper(platform, tmp_path, name="halt-resume-redis", steps=steps, term_grace=1)
+    platform.wait_for(job, "a checkpoint", lambda s: bool(events(s, "checkpoint")), 60)
+    platform.stop_service("redis", kill=True)
+    platform.dlaas("halt", job)  # kept in the database; the nudge to the workers is lost
+    time.sleep(1)
+    platform.start_service("redis")
+    platform.wait_for(job, "HALTED", in_state("HALTED"), 60)
+
+    platform.stop_service("api", kill=True)
+    platform.start_service("api")
+    platform.dlaas("resume", job)
+    platform.stop_service("redis", kill=True)
+    time.sleep(1)
+    platform.start_service("redis")
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    [resumed] = events(done, "resumed")
+    assert resumed["detail"]["attempt"] == 2
+    assert _jobs_named(platform, "halt-resume-redis") == [job]
