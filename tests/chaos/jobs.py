@@ -34,12 +34,15 @@ def stepper_manifest(
     max_restarts: int = 12,
     heartbeat_timeout_s: float = 4.0,
     scope: str = "gang",
+    result_mb: int = 0,
 ) -> Path:
     command = f"python train.py --steps {steps} --step-delay {step_delay}"
     if checkpoint_mb:
         command += f" --checkpoint-mb {checkpoint_mb}"
     if term_grace:
         command += f" --term-grace {term_grace}"
+    if result_mb:
+        command += f" --result-mb {result_mb}"
     path = directory / f"{name}.yml"
     path.write_text(
         f"name: {name}\nlearners: {learners}\ncpus: 0.5\nmemory: 512Mi\n"

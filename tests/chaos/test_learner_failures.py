@@ -174,3 +174,19 @@ def test_a_job_whose_restarts_ran_out_fails_saying_so(platform: Platform, tmp_pa
         "restart_refused",
     ]
     assert_no_learner_left(platform, job)
+
+
+def test_a_learner_killed_while_storing_its_results_stores_them_all_on_restart(
+    platform: Platform, tmp_path: Path
+) -> None:
+    steps, result_mb = 20, 256
+    job = submit_stepper(
+        platform, tmp_path, name="killed-storing", steps=steps, result_mb=result_mb
+    )
+    platform.wait_for(job, "STORING", lambda s: s["job"]["state"] == "STORING", 60, poll_s=0.01)
+    os.kill(runner_pid(platform, job, 1), signal.SIGKILL)
+
+    done = assert_completed_exactly(platform, job, steps, tmp_path)
+    [restart] = events(done, "restart")
+    assert restart["detail"]["failure"]["cause"] == "signal", restart
+    assert (tmp_path / f"results-{job}" / "blob.bin").stat().st_size == result_mb << 20

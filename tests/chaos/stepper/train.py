@@ -7,12 +7,14 @@ DLAAS_CHECKPOINT_INTERVAL seconds and at the end) holds the state and `--checkpo
 standing in for a model's weights, so writing one takes a moment.
 
     python train.py --steps 200 --step-delay 0.02 [--checkpoint-mb 16] [--term-grace 5]
+                    [--result-mb 64]
 
 SIGTERM ends it at once, unless `--term-grace S`: then it keeps stepping for S seconds
 (a program finishing its step and saving what it has, slowly) and exits 143.
 
 Prints `stepper: resumed from ckpt-... at step S`, then `step N digest D` per step, and at
-the end writes RESULT_DIR/result.json {"steps": N, "digest": D}.
+the end writes RESULT_DIR/result.json {"steps": N, "digest": D} (and, with `--result-mb`,
+RESULT_DIR/blob.bin of that many MiB, a result that takes a moment to store).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.02)
     parser.add_argument("--checkpoint-mb", type=int, default=0)
     parser.add_argument("--term-grace", type=float, default=0.0)
+    parser.add_argument("--result-mb", type=int, default=0)
     args = parser.parse_args()
     terminated_at: list[float] = []
     if args.term_grace > 0:
@@ -79,6 +82,8 @@ def main() -> None:
             timer.reset()
     checkpoint()
     env.result_dir.mkdir(parents=True, exist_ok=True)
+    if args.result_mb:
+        (env.result_dir / "blob.bin").write_bytes(bytes(args.result_mb << 20))
     (env.result_dir / "result.json").write_text(json.dumps({"steps": step, "digest": digest}))
     print(f"stepper: done at step {step}", flush=True)
 
