@@ -6,7 +6,8 @@ gradient straight into its slot and reads the weights where they are (`client`);
 server applies each committed gradient exactly once, in place, in one fused pass
 (`slots`, `policy`, `kernels`, `server`). Sidecars of one job exchange aggregated updates
 over TCP (`exchange`, `transport`, `peers`), snapshot to the checkpoint store
-(`snapshots`), and publish the weights as a file (`model_file`). `sidecar` says how a
+(`snapshots`), and publish the weights as a file (`model_file`); a region that serves no
+more tells its learners why (`failure`). `sidecar` says how a
 cluster backend runs one.
 """
 
@@ -24,6 +25,7 @@ _EXPORTS = {
     "TorchParameterServer": "client",
     "attach": "client",
     "read_model": "model_file",
+    "ServerFailed": "failure",
 }
 __all__ = sorted(_EXPORTS)
 

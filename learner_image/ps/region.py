@@ -7,6 +7,7 @@
    optim                   optimizer state owned by the server      (created with the weights)
    grads                   one gradient slot per local learner      (created with the weights)
    server.lock, slot-N.lock, create.lock     flocks: who is alive, who creates the model
+   failed                  why the region serves no more, if it does not (`failure`)
 ```
 
 `control`: a 192-byte header (magic, slots, mode, staleness, server words, the server's
@@ -54,6 +55,7 @@ H_MAGIC, H_SLOTS, H_MODE, H_STALENESS = 0, 1, 2, 3
 # server words (index into `Control.server`), from byte 32 up to the server's semaphore
 S_EPOCH, S_PID, S_MODEL, S_APPLIED, S_MAX_STALENESS, S_MAX_GAP, S_LOST, S_SNAPSHOT = range(8)
 S_APPLYING = 8  # how many gradients the update under way holds (while the seqlock is odd)
+S_FAILED = 9  # 1: the region serves no more; the reason is in `failed` (`learner_image.ps.failure`)
 SERVER_WORDS = 12
 SERVER_BELL_OFFSET = 128
 # slot words the learner writes
@@ -94,6 +96,10 @@ class RegionPaths:
     @property
     def grads(self) -> Path:
         return self.root / "grads"
+
+    @property
+    def failed(self) -> Path:
+        return self.root / "failed"
 
     @property
     def server_lock(self) -> Path:

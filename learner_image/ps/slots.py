@@ -27,6 +27,7 @@ import os
 import time
 from collections.abc import Callable
 
+from learner_image.ps import failure
 from learner_image.ps.policy import SlotView
 from learner_image.ps.region import (
     L_ATTACH,
@@ -103,12 +104,14 @@ class LearnerSlot:
         timeout: float | None,
         on_server_down: Callable[[float], None] | None = None,
     ) -> None:
-        """Block until `condition()` holds; the server being down only makes it wait longer."""
+        """Block until `condition()` holds; the server being down only makes it wait longer.
+        Raises `failure.ServerFailed` once the region serves no more."""
         started = time.monotonic()
         while not condition():
             self.words.bell.wait(WAIT_SLICE_S)
             if condition():
                 return
+            failure.check(self.paths, self.control)
             waited = time.monotonic() - started
             if timeout is not None and waited > timeout:
                 raise ServerGone(
