@@ -21,12 +21,17 @@ restore starts them alike by itself: `learner_image.ps.restore`). Message number
 start at the server's epoch shifted left by 32, so a restarted sidecar's messages are never
 taken for resent ones.
 
+A sidecar whose peer is lost fails, naming it (`PeerFailed`): the peer restarted (its
+replica is no longer the others': `learner_image.ps.failure`), or it could not be dialled
+for `--peer-timeout`. Every wait on the peers ends at once when one is lost.
+
 The buffers live in the region directory (`exchange`: outbox, base, one inbox per peer):
 the sockets send from and receive into them directly.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from learner_image.ps.failure import GANG
 from learner_image.ps.kernels import CHUNK, add_delta, take_delta
 from learner_image.ps.layout import Mode
 from learner_image.ps.peers import publish, resolver
@@ -48,8 +54,11 @@ from learner_image.ps.transport import (
     Link,
     Listener,
     Outgoing,
+    PeerFailed,
+    PeerRestarted,
     PeerTimeout,
     Progress,
+    announce_restart,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +68,7 @@ log = logging.getLogger("dlaas.ps.exchange")
 
 INIT_CLOCK = 2**63  # marks rank 0's initial weights
 SNAPSHOT_MARK = 1  # on a sync round's message: every sidecar snapshots after the round
+ANNOUNCE_S = 5.0  # how long a restarted sidecar tries to reach each peer to say so
 
 
 class SyncRound(NamedTuple):
@@ -77,7 +87,9 @@ class Exchange:
         self._consumed = dict.fromkeys(self.peers, 0)  # last seq the server used, per peer
         self._ready: set[int] = set()  # peers whose delivered message waits to be applied
         self.clocks = dict.fromkeys(self.peers, 0)
-        self.listener = Listener(config.listen, self.inboxes, self._destination, self._delivered)
+        self.listener = Listener(
+            config.listen, self.inboxes, self._destination, self._delivered, self._restarted
+        )
         if config.peers_dir is not None:
             host = "127.0.0.1" if config.listen[0] in ("0.0.0.0", "") else config.listen[0]
             publish(config.peers_dir, config.rank, (host, self.listener.address[1]))
@@ -87,6 +99,7 @@ class Exchange:
         self._seq = 0
         self._dirty = False
         self._closed = False
+        self._failure: PeerFailed | None = None
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -106,8 +119,12 @@ class Exchange:
         self.inbox_tensors = {peer: self._rows[2 + i] for i, peer in enumerate(self.peers)}
         self._seq = int(server.control.server[S_EPOCH]) << 32
         self.outbox_ready = Progress()
-        for link in self.links.values():
+        epoch = int(server.control.server[S_EPOCH])
+        for peer, link in self.links.items():
             link.on_acked = lambda seq: server.control.bell.post()
+            link.epoch = epoch
+            link.give_up_s = self.config.peer_timeout_s
+            link.on_gone = functools.partial(self._gone, peer)
         self.listener.start()
         for link in self.links.values():
             link.start()
@@ -123,13 +140,57 @@ class Exchange:
         log.info("waiting for rank 0's initial weights")
         with self._cond:
             sent = self._cond.wait_for(
-                lambda: 0 in self._ready or self._closed, self.config.peer_timeout_s
+                lambda: 0 in self._ready or self._closed or self._failure is not None,
+                self.config.peer_timeout_s,
             )
         self._answered(sent, 0, "send its initial weights")
         header = self.inboxes[0].header
         if header is not None and header.clock == INIT_CLOCK:
             server.weights.copy_(self.inbox_tensors[0])
         self._free(0)
+
+    # -- lost peers ----------------------------------------------------------------------
+
+    def announce_restart(self, epoch: int) -> None:
+        """Tell every peer this sidecar restarted (each reached within a few seconds)."""
+        for peer, link in self.links.items():
+            if not announce_restart(self.config.rank, epoch, link.address, ANNOUNCE_S):
+                log.warning("peer sidecar rank %d not reached to say this one restarted", peer)
+
+    def _restarted(self, inbox: Inbox) -> None:
+        self._lose(
+            PeerRestarted(
+                f"peer sidecar rank {inbox.peer}{self._where(inbox.peer)} restarted while "
+                f"this sidecar ran on; {GANG}"
+            )
+        )
+
+    def _gone(self, peer: int, waited: float) -> None:
+        self._lose(
+            PeerTimeout(
+                f"peer sidecar rank {peer}{self._where(peer)} vanished: not reachable for "
+                f"{waited:.0f} s (--peer-timeout {self.config.peer_timeout_s:g}); {GANG}"
+            )
+        )
+
+    def _lose(self, failure: PeerFailed) -> None:
+        """Record the first lost peer and end every wait on the peers."""
+        with self._cond:
+            if self._failure is None:
+                log.error("%s", failure)
+                self._failure = failure
+            self._cond.notify_all()
+        for inbox in self.inboxes.values():
+            inbox.progress.interrupt()
+        for link in self.links.values():
+            link.interrupt()
+        if self._server is not None:
+            self._server.control.bell.post()
+
+    def check(self) -> None:
+        """Raise the lost peer's `PeerFailed`, if one is lost."""
+        if self._failure is not None:
+            raise self._failure
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -183,6 +244,7 @@ class Exchange:
 
     def poll(self) -> bool:
         """Ship the change since the last shipment if there is one and every link is free."""
+        self.check()
         if not self._dirty or self._server is None:
             return False
         if not all(link.idle for link in self.links.values()):
@@ -285,17 +347,20 @@ class Exchange:
             self._answered(link.wait_idle(self.config.peer_timeout_s), peer, what)
 
     def _answered(self, answered: bool, peer: int, what: str) -> None:
+        self.check()
         if answered or self._closed:
             return
-        try:
-            host, port = self.links[peer].address()
-            where = f" at {host}:{port}"
-        except OSError:
-            where = ""
         raise PeerTimeout(
-            f"peer sidecar rank {peer}{where} did not {what} within "
+            f"peer sidecar rank {peer}{self._where(peer)} did not {what} within "
             f"{self.config.peer_timeout_s:g} s (--peer-timeout)"
         )
+
+    def _where(self, peer: int) -> str:
+        try:
+            host, port = self.links[peer].address()
+        except OSError:
+            return ""
+        return f" at {host}:{port}"
 
     def close(self) -> None:
         self._closed = True

@@ -7,6 +7,8 @@ sharing the region directory with them (`learner_image.ps.region`). Its loop:
  start --> take server.lock, then create.lock (no learner creates a model meanwhile)
        --> control file (new, or the one a previous server left) --> epoch: one past any
            earlier start's (the control file's, the stored snapshots')
+       --> a sidecar of a multi-pod job that finds a control file restarted while its peers
+           ran on: it tells them and its learners so and exits (`failure`)
        --> no weights: restore the snapshot the job's sidecars agree on (`restore`);
            weights left torn by a server killed mid-update: the same
        --> release create.lock --> model: the restored one | the one a learner creates
@@ -14,6 +16,7 @@ sharing the region directory with them (`learner_image.ps.region`). Its loop:
                  (policy.next_group) --> release learners (policy.may_release)
                  --> snapshot when due --> look for dead learners when idle
        --> SIGTERM: a last snapshot, then exit 0
+       --> a peer sidecar lost (`exchange`): the learners told why (`failure`), exit 2
 ```
 
 Updates are applied in place by the kernels of `learner_image.ps.kernels`; the weights'
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from learner_image.ps import policy
+from learner_image.ps import failure, policy
 from learner_image.ps.kernels import Kernel
 from learner_image.ps.layout import Mode, ModelLayout, OptimizerConfig
 from learner_image.ps.region import (
@@ -75,7 +78,7 @@ from learner_image.ps.server_config import ServerConfig, parse_config
 from learner_image.ps.shm import FileLock, is_locked
 from learner_image.ps.slots import release, server_view
 from learner_image.ps.snapshots import Snapshot, SnapshotStore, Snapshotter
-from learner_image.ps.transport import PeerTimeout
+from learner_image.ps.transport import PeerFailed
 
 if TYPE_CHECKING:
     from learner_image.ps.exchange import Exchange
@@ -139,8 +142,13 @@ class Server:
             self._lock.release()
             raise ServerError(str(error)) from None
         try:
+            # on one machine and on Kubernetes alike, the region lives as long as the pod
+            # (the local backend's attempt): a control file means the sidecar restarted
+            restarted = self.config.distributed and self.paths.control.exists()
             self.control = self._open_control()
             epoch = self._start_epoch()
+            if restarted:
+                self._refuse_to_rejoin(epoch)
             if self.snapshots is not None:
                 self._snapshotter = Snapshotter(
                     self.snapshots, self.config.snapshot_interval_s, epoch, self._snapshot_stored
@@ -157,6 +165,17 @@ class Server:
             c.staleness,
             epoch,
         )
+
+    def _refuse_to_rejoin(self, epoch: int) -> None:
+        """A sidecar of a multi-pod job restarted while its peers ran on: its replica is not
+        theirs (and a snapshot's is older), so it serves no more. Its learners and its peers
+        are told why, and fail; the job restarts as a gang from the agreed snapshot."""
+        why = failure.mark(self.paths, self.control, failure.restarted(self.config.rank))
+        if self.exchange is not None:
+            self.exchange.announce_restart(epoch)
+            self.exchange.close()
+        self._lock.release()
+        raise ServerError(why)
 
     def _open_control(self) -> Control:
         """The control file a previous server left, if made for this configuration, else a
@@ -326,7 +345,9 @@ class Server:
             if not self.wait_for_model(stop):
                 return
             self._serve(stop)
-        except BaseException:
+        except BaseException as error:
+            if isinstance(error, PeerFailed):
+                failure.mark(self.paths, self.control, str(error))
             self._abandon()
             raise
         self.shutdown()
@@ -604,7 +625,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         serve(config, stop)
-    except (ServerError, PeerTimeout) as error:
+    except (ServerError, PeerFailed) as error:
         print(f"dlaas-ps: {error}", file=sys.stderr)
         sys.exit(2)
 

@@ -24,7 +24,8 @@ Flag, environment, default:
   their address (the local backend's)
 - `--peer-timeout`, `DLAAS_PS_PEER_TIMEOUT`: 300 s; how long a sidecar waits for a peer
   sidecar (for the initial weights at the first start; in sync mode, for the peer's part
-  of each round, its learners' step included) before it fails, naming the peer
+  of each round, its learners' step included; in every mode, for a peer it cannot dial to
+  come back) before it fails, naming the peer
 - `--job`, `TRAINING_ID`: names the snapshots in the object store
 """
 

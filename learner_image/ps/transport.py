@@ -5,7 +5,9 @@ dialler's messages one way; the other way it carries only acknowledgements. A me
 fixed header and a float32 payload:
 
     header: magic u32, kind u32, seq u64, payload bytes u64, clock u64, lr f64
-    kinds:  HELLO (seq = the sender's rank), DATA, ACK (seq = the message received)
+    kinds:  HELLO (seq = the sender's rank, clock = its server's epoch), DATA,
+            ACK (seq = the message received),
+            RESTARTED (seq = the sender's rank, clock = its new epoch; nothing follows)
 
 The payload goes out of the sender's buffer with `sendall` on slices of it and comes in
 with `recv_into` on slices of the receiver's buffer: the socket's own copies are the only
@@ -16,6 +18,10 @@ can follow the receiver chunk by chunk: summing, sending, receiving and applying
 One message per link is in flight: the next is sent once the peer acknowledged the last,
 which it does once the whole payload sits in its buffer. A link that breaks is dialled
 again and the unacknowledged message sent again; the receiver drops a seq it already has.
+
+A peer that restarted (it says so with RESTARTED, or greets with another epoch than
+before) or that cannot be dialled for `give_up_s` is lost: the owner of the link or the
+listener is told, and decides (`learner_image.ps.exchange` fails, naming the peer).
 """
 
 from __future__ import annotations
@@ -32,14 +38,22 @@ from dataclasses import dataclass
 log = logging.getLogger("dlaas.ps.transport")
 
 MAGIC = 0x5053_4C44  # "DLSP"
-HELLO, DATA, ACK = 1, 2, 3
+HELLO, DATA, ACK, RESTARTED = 1, 2, 3, 4
 HEADER = struct.Struct("<IIQQQd")
 CHUNK_BYTES = 4 << 20
 RETRY_S = 0.05
 
 
-class PeerTimeout(TimeoutError):
+class PeerFailed(Exception):
+    """A peer sidecar can no longer take part in the exchange."""
+
+
+class PeerTimeout(PeerFailed, TimeoutError):
     """A peer sidecar did not answer within the time it is given."""
+
+
+class PeerRestarted(PeerFailed):
+    """A peer sidecar restarted while this one ran on."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,13 @@ class Progress:
         self._cond = threading.Condition()
         self._seq = 0
         self._value = 0
+        self._interrupted = False
+
+    def interrupt(self) -> None:
+        """End every wait, now and later (the waiter finds out why elsewhere)."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
 
     def advance(self, seq: int, value: int) -> None:
         with self._cond:
@@ -77,7 +98,9 @@ class Progress:
 
     def wait_for(self, seq: int, value: int, timeout: float | None = None) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: (self._seq, self._value) >= (seq, value), timeout)
+            return self._cond.wait_for(
+                lambda: (self._seq, self._value) >= (seq, value) or self._interrupted, timeout
+            )
 
 
 def tune(sock: socket.socket) -> None:
@@ -141,8 +164,12 @@ class Link:
         self._pending: Outgoing | None = None
         self._acked = 0
         self._closed = False
+        self._interrupted = False
         self._sock: socket.socket | None = None
+        self.epoch = 0  # sent in HELLO: the peer tells a restart of this sidecar by it
+        self.give_up_s: float | None = None
         self.on_acked: Callable[[int], None] = lambda seq: None
+        self.on_gone: Callable[[float], None] = lambda waited: None
         self._thread = threading.Thread(target=self._run, name=f"ps-link-{peer}", daemon=True)
 
     def start(self) -> None:
@@ -167,7 +194,15 @@ class Link:
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: self._pending is None or self._closed, timeout)
+            return self._cond.wait_for(
+                lambda: self._pending is None or self._closed or self._interrupted, timeout
+            )
+
+    def interrupt(self) -> None:
+        """End every wait for this link to be idle, now and later."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -178,15 +213,22 @@ class Link:
                 self._sock.shutdown(socket.SHUT_RDWR)
 
     def _connect(self) -> socket.socket:
+        """Dial until the peer answers; `on_gone` once it has not for `give_up_s`."""
+        since = time.monotonic()
+        gone = False
         while not self._closed:
             try:
                 sock = socket.create_connection(self._address(), timeout=5.0)
             except OSError:
+                waited = time.monotonic() - since
+                if not gone and self.give_up_s is not None and waited > self.give_up_s:
+                    gone = True
+                    self.on_gone(waited)
                 time.sleep(RETRY_S)
                 continue
             sock.settimeout(None)
             tune(sock)
-            sock.sendall(Header(HELLO, self.rank, 0).pack())
+            sock.sendall(Header(HELLO, self.rank, 0, self.epoch).pack())
             return sock
         raise ConnectionError("closed")
 
@@ -231,10 +273,28 @@ class Inbox:
         self.progress = Progress()
         self.header: Header | None = None
         self.last_seq = 0
+        self.epoch = 0  # the peer's, from its first greeting
+
+
+def announce_restart(
+    rank: int, epoch: int, address: Callable[[], tuple[str, int]], timeout: float
+) -> bool:
+    """Tell one peer that this sidecar restarted (RESTARTED); whether it was reached."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(address(), timeout=1.0) as sock:
+                sock.sendall(Header(RESTARTED, rank, 0, epoch).pack())
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(RETRY_S)
 
 
 Destination = Callable[[Inbox, Header], memoryview]
 Delivered = Callable[[Inbox, Header], None]
+Restarted = Callable[[Inbox], None]
 
 
 class Listener:
@@ -246,12 +306,14 @@ class Listener:
         inboxes: dict[int, Inbox],
         destination: Destination,
         delivered: Delivered,
+        restarted: Restarted,
     ) -> None:
         self._server = socket.create_server(listen, reuse_port=False)
         self.address = self._server.getsockname()[:2]
         self._inboxes = inboxes
         self._destination = destination
         self._delivered = delivered
+        self._restarted = restarted
         self._closed = False
         self._socks: list[socket.socket] = []
 
@@ -280,8 +342,12 @@ class Listener:
         try:
             hello = read_header(sock)
             inbox = self._inboxes.get(hello.seq)
-            if hello.kind != HELLO or inbox is None:
+            if hello.kind not in (HELLO, RESTARTED) or inbox is None:
                 raise ConnectionError(f"unexpected greeting {hello}")
+            if hello.kind == RESTARTED or inbox.epoch not in (0, hello.clock):
+                self._restarted(inbox)
+                return
+            inbox.epoch = hello.clock
             while not self._closed:
                 header = read_header(sock)
                 if header.kind != DATA:
