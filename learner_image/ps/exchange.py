@@ -23,7 +23,9 @@ taken for resent ones.
 
 A sidecar whose peer is lost fails, naming it (`PeerFailed`): the peer restarted (its
 replica is no longer the others': `learner_image.ps.failure`), or it could not be dialled
-for `--peer-timeout`. Every wait on the peers ends at once when one is lost.
+for `--peer-timeout`. Every wait on the peers ends at once when one is lost. A sidecar that
+stops on purpose (its learners finished) says it LEFT: its peers send it nothing more and
+go on without it (in sync mode, a round then waits for it only as long as `--peer-timeout`).
 
 The buffers live in the region directory (`exchange`: outbox, base, one inbox per peer):
 the sockets send from and receive into them directly.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -49,6 +52,8 @@ from learner_image.ps.server_config import ServerConfig
 from learner_image.ps.shm import map_file, round_up
 from learner_image.ps.transport import (
     DATA,
+    LEFT,
+    RESTARTED,
     Header,
     Inbox,
     Link,
@@ -58,7 +63,7 @@ from learner_image.ps.transport import (
     PeerRestarted,
     PeerTimeout,
     Progress,
-    announce_restart,
+    announce,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +73,8 @@ log = logging.getLogger("dlaas.ps.exchange")
 
 INIT_CLOCK = 2**63  # marks rank 0's initial weights
 SNAPSHOT_MARK = 1  # on a sync round's message: every sidecar snapshots after the round
-ANNOUNCE_S = 5.0  # how long a restarted sidecar tries to reach each peer to say so
+ANNOUNCE_S = 5.0  # how long a restarted sidecar tries to reach its peers to say so
+LEAVE_S = 1.0  # how long a stopping one tries (a peer may have stopped already)
 
 
 class SyncRound(NamedTuple):
@@ -88,7 +94,7 @@ class Exchange:
         self._ready: set[int] = set()  # peers whose delivered message waits to be applied
         self.clocks = dict.fromkeys(self.peers, 0)
         self.listener = Listener(
-            config.listen, self.inboxes, self._destination, self._delivered, self._restarted
+            config.listen, self.inboxes, self._destination, self._delivered, self._lost
         )
         if config.peers_dir is not None:
             host = "127.0.0.1" if config.listen[0] in ("0.0.0.0", "") else config.listen[0]
@@ -152,12 +158,26 @@ class Exchange:
     # -- lost peers ----------------------------------------------------------------------
 
     def announce_restart(self, epoch: int) -> None:
-        """Tell every peer this sidecar restarted (each reached within a few seconds)."""
-        for peer, link in self.links.items():
-            if not announce_restart(self.config.rank, epoch, link.address, ANNOUNCE_S):
-                log.warning("peer sidecar rank %d not reached to say this one restarted", peer)
+        """Tell every peer this sidecar restarted."""
+        self._announce(RESTARTED, epoch, ANNOUNCE_S, "restarted")
 
-    def _restarted(self, inbox: Inbox) -> None:
+    def leave(self) -> None:
+        """Tell every peer this sidecar stops on purpose."""
+        self._announce(LEFT, 0, LEAVE_S, "left")
+
+    def _announce(self, kind: int, epoch: int, within: float, what: str) -> None:
+        deadline = time.monotonic() + within
+        for peer, link in self.links.items():
+            if not announce(kind, self.config.rank, epoch, link.address, deadline):
+                log.warning("peer sidecar rank %d not reached to say this one %s", peer, what)
+
+    def _lost(self, inbox: Inbox, kind: int) -> None:
+        if kind == LEFT:
+            log.info("peer sidecar rank %d left; sending it nothing more", inbox.peer)
+            self.links[inbox.peer].close()
+            if self._server is not None:
+                self._server.control.bell.post()
+            return
         self._lose(
             PeerRestarted(
                 f"peer sidecar rank {inbox.peer}{self._where(inbox.peer)} restarted while "

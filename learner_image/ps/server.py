@@ -538,6 +538,7 @@ class Server:
 
     def shutdown(self) -> None:
         if self.exchange is not None:
+            self.exchange.leave()
             self.exchange.close()
         if self._snapshotter is not None and hasattr(self, "files"):
             self._snapshotter.wait_idle(STOP_SNAPSHOT_WAIT_S)

@@ -7,7 +7,8 @@ fixed header and a float32 payload:
     header: magic u32, kind u32, seq u64, payload bytes u64, clock u64, lr f64
     kinds:  HELLO (seq = the sender's rank, clock = its server's epoch), DATA,
             ACK (seq = the message received),
-            RESTARTED (seq = the sender's rank, clock = its new epoch; nothing follows)
+            RESTARTED (seq = the sender's rank, clock = its new epoch; nothing follows),
+            LEFT (seq = the sender's rank: it stopped on purpose; nothing follows)
 
 The payload goes out of the sender's buffer with `sendall` on slices of it and comes in
 with `recv_into` on slices of the receiver's buffer: the socket's own copies are the only
@@ -21,7 +22,8 @@ again and the unacknowledged message sent again; the receiver drops a seq it alr
 
 A peer that restarted (it says so with RESTARTED, or greets with another epoch than
 before) or that cannot be dialled for `give_up_s` is lost: the owner of the link or the
-listener is told, and decides (`learner_image.ps.exchange` fails, naming the peer).
+listener is told, and decides (`learner_image.ps.exchange` fails, naming the peer). A peer
+that LEFT (its learners finished) is sent nothing more.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 log = logging.getLogger("dlaas.ps.transport")
 
 MAGIC = 0x5053_4C44  # "DLSP"
-HELLO, DATA, ACK, RESTARTED = 1, 2, 3, 4
+HELLO, DATA, ACK, RESTARTED, LEFT = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<IIQQQd")
 CHUNK_BYTES = 4 << 20
 RETRY_S = 0.05
@@ -180,8 +182,11 @@ class Link:
         return self._address()
 
     def send(self, message: Outgoing) -> None:
-        """Queue a message (the previous one must have been acknowledged)."""
+        """Queue a message (the previous one must have been acknowledged); dropped once
+        the link is closed."""
         with self._cond:
+            if self._closed:
+                return
             if self._pending is not None:
                 raise RuntimeError(f"peer {self.peer}: a message is still in flight")
             self._pending = message
@@ -205,8 +210,10 @@ class Link:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """Send nothing more (the message in flight, if any, is dropped)."""
         with self._cond:
             self._closed = True
+            self._pending = None
             self._cond.notify_all()
         if self._sock is not None:
             with contextlib.suppress(OSError):
@@ -276,15 +283,15 @@ class Inbox:
         self.epoch = 0  # the peer's, from its first greeting
 
 
-def announce_restart(
-    rank: int, epoch: int, address: Callable[[], tuple[str, int]], timeout: float
+def announce(
+    kind: int, rank: int, epoch: int, address: Callable[[], tuple[str, int]], deadline: float
 ) -> bool:
-    """Tell one peer that this sidecar restarted (RESTARTED); whether it was reached."""
-    deadline = time.monotonic() + timeout
+    """Tell one peer that this sidecar RESTARTED or LEFT, trying until `deadline` (a
+    `time.monotonic()`); whether it was reached."""
     while True:
         try:
             with socket.create_connection(address(), timeout=1.0) as sock:
-                sock.sendall(Header(RESTARTED, rank, 0, epoch).pack())
+                sock.sendall(Header(kind, rank, 0, epoch).pack())
             return True
         except OSError:
             if time.monotonic() > deadline:
@@ -294,7 +301,7 @@ def announce_restart(
 
 Destination = Callable[[Inbox, Header], memoryview]
 Delivered = Callable[[Inbox, Header], None]
-Restarted = Callable[[Inbox], None]
+Lost = Callable[[Inbox, int], None]  # the peer RESTARTED or LEFT
 
 
 class Listener:
@@ -306,14 +313,14 @@ class Listener:
         inboxes: dict[int, Inbox],
         destination: Destination,
         delivered: Delivered,
-        restarted: Restarted,
+        lost: Lost,
     ) -> None:
         self._server = socket.create_server(listen, reuse_port=False)
         self.address = self._server.getsockname()[:2]
         self._inboxes = inboxes
         self._destination = destination
         self._delivered = delivered
-        self._restarted = restarted
+        self._lost = lost
         self._closed = False
         self._socks: list[socket.socket] = []
 
@@ -342,10 +349,13 @@ class Listener:
         try:
             hello = read_header(sock)
             inbox = self._inboxes.get(hello.seq)
-            if hello.kind not in (HELLO, RESTARTED) or inbox is None:
+            if hello.kind not in (HELLO, RESTARTED, LEFT) or inbox is None:
                 raise ConnectionError(f"unexpected greeting {hello}")
-            if hello.kind == RESTARTED or inbox.epoch not in (0, hello.clock):
-                self._restarted(inbox)
+            if hello.kind != HELLO:
+                self._lost(inbox, hello.kind)
+                return
+            if inbox.epoch not in (0, hello.clock):
+                self._lost(inbox, RESTARTED)
                 return
             inbox.epoch = hello.clock
             while not self._closed:

@@ -152,3 +152,19 @@ def test_a_vanished_peer_fails_the_job_naming_it(base: Path, mode: str) -> None:
         assert job.sidecars[0].wait(FAIL_WITHIN_S) == 2
     finally:
         job.stop()
+
+
+def test_a_peer_that_stopped_on_purpose_is_not_taken_for_vanished(base: Path) -> None:
+    job = Job(base, "async", peer_timeout=1)
+    try:
+        job.learners[1].kill()  # its learners finished: the pod stops its sidecar
+        job.sidecars[1].send_signal(signal.SIGTERM)
+        assert job.sidecars[1].wait(FAIL_WITHIN_S) == 0
+        ctl = control(base / "region-0")
+        applied = int(ctl.server[S_APPLIED])
+        time.sleep(3)  # three times --peer-timeout
+        assert job.learners[0].poll() is None, job.logs()
+        assert job.sidecars[0].poll() is None, job.logs()
+        assert int(ctl.server[S_APPLIED]) > applied  # rank 0 trains on alone
+    finally:
+        job.stop()
