@@ -146,13 +146,16 @@ class FileLock:
 
 
 def is_locked(path: Path) -> bool:
-    """Whether some live process holds an exclusive flock on `path` (probe, then let go)."""
+    """Whether some live process holds an exclusive flock on `path` (probe, then let go).
+
+    The probe takes a shared lock: probes do not exclude one another, so a probe racing
+    another on a free lock never takes it for held (an exclusive probe would)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
