@@ -313,14 +313,14 @@ class Listener:
         inboxes: dict[int, Inbox],
         destination: Destination,
         delivered: Delivered,
-        lost: Lost,
+        lost: Lost | None = None,
     ) -> None:
         self._server = socket.create_server(listen, reuse_port=False)
         self.address = self._server.getsockname()[:2]
         self._inboxes = inboxes
         self._destination = destination
         self._delivered = delivered
-        self._lost = lost
+        self._lost: Lost = lost or (lambda inbox, kind: None)
         self._closed = False
         self._socks: list[socket.socket] = []
 
