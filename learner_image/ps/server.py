@@ -624,11 +624,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    code = 0
     try:
         serve(config, stop)
     except (ServerError, PeerFailed) as error:
         print(f"dlaas-ps: {error}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    # The server has closed its region and stored its last snapshot. Skip the interpreter's
+    # teardown: a peer link's daemon thread still inside torch can make torch's C++ threads
+    # end the process in std::terminate (SIGABRT) instead of with `code`.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
