@@ -2,18 +2,58 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+import pytest
 
 from learner_image.ps.region import L_COMMITTED, V_RELEASED, Control, RegionPaths
 from learner_image.ps.server import Server, open_snapshots
 from learner_image.ps.server_config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A fresh directory in /dev/shm for a test's regions, peer files and logs."""
+    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-test-", dir="/dev/shm"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def sidecar_args(
+    base: Path, rank: int, world: int, mode: Sequence[str], extra: Sequence[str] = ()
+) -> list[str]:
+    """`dlaas-ps` arguments of rank `rank` of a multi-pod job whose files are under `base`:
+    one slot, one thread, no snapshots, peers found through `base/peers`."""
+    return [
+        "--dir",
+        str(base / f"region-{rank}"),
+        "--slots",
+        "1",
+        "--mode",
+        *mode,
+        "--rank",
+        str(rank),
+        "--world",
+        str(world),
+        "--peers-dir",
+        str(base / "peers"),
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--snapshot-interval",
+        "0",
+        *extra,
+    ]
 
 
 class ThreadServer:

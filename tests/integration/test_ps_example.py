@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from learner_image.ps.model_file import read_model
-from tests.integration.ps_harness import ThreadServer
+from tests.integration import ps_harness
+from tests.integration.ps_harness import ThreadServer, sidecar_args
+
+base = ps_harness.base
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 STRIPPED = ("RANK", "WORLD_SIZE", "LEARNER_ID", "NUM_LEARNERS", "MASTER_ADDR", "MASTER_PORT")
@@ -27,13 +27,6 @@ STRIPPED = ("RANK", "WORLD_SIZE", "LEARNER_ID", "NUM_LEARNERS", "MASTER_ADDR", "
 ALL_REDUCE_CORRECT = 295
 HELD_OUT = 300
 EPOCHS = "12"
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-example-", dir="/dev/shm"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def learner(base: Path, rank: int) -> subprocess.Popen[bytes]:
@@ -62,31 +55,7 @@ def learner(base: Path, rank: int) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize("mode", [["sync"], ["async"], ["bounded", "--staleness", "2"]])
 def test_digits_converges_through_parameter_servers(base: Path, mode: list[str]) -> None:
-    servers = [
-        ThreadServer(
-            [
-                "--dir",
-                str(base / f"region-{rank}"),
-                "--slots",
-                "1",
-                "--mode",
-                *mode,
-                "--rank",
-                str(rank),
-                "--world",
-                "2",
-                "--peers-dir",
-                str(base / "peers"),
-                "--listen",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-                "--snapshot-interval",
-                "0",
-            ]
-        )
-        for rank in range(2)
-    ]
+    servers = [ThreadServer(sidecar_args(base, rank, 2, mode)) for rank in range(2)]
     learners = [learner(base, rank) for rank in range(2)]
     try:
         codes = [p.wait(240) for p in learners]

@@ -3,10 +3,7 @@ fails naming it."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,45 +12,18 @@ import pytest
 from learner_image.ps.client import ParameterServer
 from learner_image.ps.layout import SGD, ModelLayout
 from learner_image.ps.transport import PeerTimeout
-from tests.integration.ps_harness import ThreadServer
+from tests.integration import ps_harness
+from tests.integration.ps_harness import ThreadServer, sidecar_args
+
+base = ps_harness.base
 
 NUMEL = 1024
 LAYOUT = ModelLayout.of([("w", (NUMEL,))])
 
 
-@pytest.fixture
-def base() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-timeout-", dir="/dev/shm"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
 def test_a_sync_round_fails_naming_the_peer_that_did_not_answer(base: Path) -> None:
     servers = [
-        ThreadServer(
-            [
-                "--dir",
-                str(base / f"region-{rank}"),
-                "--slots",
-                "1",
-                "--mode",
-                "sync",
-                "--rank",
-                str(rank),
-                "--world",
-                "2",
-                "--peers-dir",
-                str(base / "peers"),
-                "--listen",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-                "--snapshot-interval",
-                "0",
-                "--peer-timeout",
-                "1",
-            ]
-        )
+        ThreadServer(sidecar_args(base, rank, 2, ["sync"], ["--peer-timeout", "1"]))
         for rank in range(2)
     ]
     clients = [ParameterServer(base / f"region-{rank}", 0, timeout=30) for rank in range(2)]

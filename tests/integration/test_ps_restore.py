@@ -4,10 +4,8 @@ model, snapshot names never repeat across starts, and sidecars agree on what to 
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +19,14 @@ from learner_image.ps.server import Server
 from learner_image.ps.server_config import parse_config
 from learner_image.ps.snapshots import Snapshot, SnapshotStore
 from storage.object_store.local import LocalObjectStore
+from tests.integration import ps_harness
 from tests.integration.ps_harness import ThreadServer, wait_for
+
+base = ps_harness.base
 
 NUMEL = 4096
 LAYOUT = ModelLayout.of([("w", (NUMEL,))])
 JOB = "restore-test"
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-restore-", dir="/dev/shm"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def stored_snapshot(version: int) -> Snapshot:

@@ -5,54 +5,22 @@ makes the others fail, naming it, rather than leaving them to run on alone or ha
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from learner_image.ps.region import S_APPLIED
-from tests.integration.ps_harness import ROOT, control, process_server, wait_for
+from tests.integration import ps_harness
+from tests.integration.ps_harness import ROOT, control, process_server, sidecar_args, wait_for
+
+base = ps_harness.base
 
 WORLD = 2
 FAIL_WITHIN_S = 20.0
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="dlaas-ps-restart-", dir="/dev/shm"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def sidecar_args(base: Path, rank: int, mode: str, peer_timeout: float) -> list[str]:
-    return [
-        "--dir",
-        str(base / f"region-{rank}"),
-        "--slots",
-        "1",
-        "--mode",
-        mode,
-        "--rank",
-        str(rank),
-        "--world",
-        str(WORLD),
-        "--peers-dir",
-        str(base / "peers"),
-        "--listen",
-        "127.0.0.1:0",
-        "--threads",
-        "1",
-        "--snapshot-interval",
-        "0",
-        "--peer-timeout",
-        str(peer_timeout),
-    ]
 
 
 def learner(base: Path, rank: int) -> subprocess.Popen[bytes]:
@@ -87,7 +55,9 @@ class Job:
 
     def start_sidecar(self, rank: int) -> subprocess.Popen[bytes]:
         return process_server(
-            sidecar_args(self.base, rank, self.mode, self.peer_timeout),
+            sidecar_args(
+                self.base, rank, WORLD, [self.mode], ["--peer-timeout", str(self.peer_timeout)]
+            ),
             self.base / f"sidecar-{rank}.log",
         )
 
@@ -136,7 +106,7 @@ def test_a_sidecar_restarted_while_its_peer_runs_on_fails_the_job_with_the_reaso
         assert "ServerFailed: peer sidecar rank 1 at 127.0.0.1:" in peer, job.logs()
         assert "restarted while this sidecar ran on" in peer
         for sidecar in job.sidecars:  # both stop, saying why
-            assert sidecar.wait(FAIL_WITHIN_S) == 2
+            assert sidecar.wait(FAIL_WITHIN_S) == 2, job.logs()
         assert "peer sidecar rank 1 at" in (base / "sidecar-0.log").read_text()
     finally:
         job.stop()
@@ -149,7 +119,7 @@ def test_a_vanished_peer_fails_the_job_naming_it(base: Path, mode: str) -> None:
         job.kill_sidecar(1)  # and it never comes back
         (peer,) = job.wait_learners_fail(range(1))  # the learner of rank 1 waits for its own
         assert "ServerFailed: peer sidecar rank 1 at 127.0.0.1:" in peer, job.logs()
-        assert job.sidecars[0].wait(FAIL_WITHIN_S) == 2
+        assert job.sidecars[0].wait(FAIL_WITHIN_S) == 2, job.logs()
     finally:
         job.stop()
 
@@ -159,7 +129,7 @@ def test_a_peer_that_stopped_on_purpose_is_not_taken_for_vanished(base: Path) ->
     try:
         job.learners[1].kill()  # its learners finished: the pod stops its sidecar
         job.sidecars[1].send_signal(signal.SIGTERM)
-        assert job.sidecars[1].wait(FAIL_WITHIN_S) == 0
+        assert job.sidecars[1].wait(FAIL_WITHIN_S) == 0, job.logs()
         ctl = control(base / "region-0")
         applied = int(ctl.server[S_APPLIED])
         time.sleep(3)  # three times --peer-timeout
