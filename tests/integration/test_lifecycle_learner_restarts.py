@@ -70,13 +70,20 @@ async def _restarted(ctx: Context, job_id: str) -> bool:
     return (await learner_states(ctx, job_id)).get(2, (0, ""))[0] == 2
 
 
+async def _deployed_until_learner_2_restarted(ctx: Context, sleep: float) -> str:
+    """A 2-learner scope-learner job whose learner 2 failed once and was created again."""
+    job_id = await make_job(
+        ctx, FAIL_LEARNER_2_ONCE.format(sleep=sleep), learners=2, restart_policy=LEARNER_SCOPE
+    )
+    await operations.deploy_job(ctx, job_id)
+    await watch(ctx, lambda: _restarted(ctx, job_id), timeout=20)
+    return job_id
+
+
 async def test_only_the_failed_learner_restarts_and_the_job_completes(
     ctx: Context, agent: Agent
 ) -> None:
-    command = FAIL_LEARNER_2_ONCE.format(sleep=3)
-    job_id = await make_job(ctx, command, learners=2, restart_policy=LEARNER_SCOPE)
-    await operations.deploy_job(ctx, job_id)
-    await watch(ctx, lambda: _restarted(ctx, job_id), timeout=20)
+    job_id = await _deployed_until_learner_2_restarted(ctx, sleep=3)
     first = _running(agent, job_id)[1]
     assert first["attempt"] == 1
     await harness.eventually(_runs(agent, job_id, 1, 2), 10, "learner 2 to run again")
@@ -122,11 +129,7 @@ async def test_only_the_failed_learner_restarts_and_the_job_completes(
 async def test_late_reports_from_the_replaced_learner_are_ignored(
     ctx: Context, agent: Agent
 ) -> None:
-    job_id = await make_job(
-        ctx, FAIL_LEARNER_2_ONCE.format(sleep=30), learners=2, restart_policy=LEARNER_SCOPE
-    )
-    await operations.deploy_job(ctx, job_id)
-    await watch(ctx, lambda: _restarted(ctx, job_id), timeout=20)
+    job_id = await _deployed_until_learner_2_restarted(ctx, sleep=30)
     for event in (
         streams.status_event(job_id, 2, 1, "RUNNING"),
         streams.exit_event(job_id, 2, 1, 1, None, "a late report"),
@@ -149,11 +152,7 @@ async def test_late_reports_from_the_replaced_learner_are_ignored(
 async def test_a_job_with_learners_of_two_attempts_halts_and_resumes_whole(
     ctx: Context, agent: Agent
 ) -> None:
-    job_id = await make_job(
-        ctx, FAIL_LEARNER_2_ONCE.format(sleep=30), learners=2, restart_policy=LEARNER_SCOPE
-    )
-    await operations.deploy_job(ctx, job_id)
-    await watch(ctx, lambda: _restarted(ctx, job_id), timeout=20)
+    job_id = await _deployed_until_learner_2_restarted(ctx, sleep=30)
     await set_job(ctx, job_id, desired="halt")
     assert await operations.halt_job(ctx, job_id) == operations.Outcome("halted")
     assert agent.learners(job_id) == []
