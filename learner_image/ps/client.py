@@ -8,16 +8,20 @@
         loss_fn(model(x), y).backward()           # the gradient lands in the slot
         server.step(lr=schedule(step))            # replaces optimizer.step()
 
-After `attach`, every parameter's `.data` is a view of the shared weights and its `.grad` a
-view of this learner's slot: nothing is copied in or out. `step()` publishes the slot and
-returns once the server has applied the gradient and the mode lets this learner go on
-(`learner_image.ps.policy`); the model then holds the new weights. The slot is
+After `attach`, every CPU parameter's `.data` is a view of the shared weights and its
+`.grad` a view of this learner's slot: nothing is copied in or out. `step()` publishes the
+slot and returns once the server has applied the gradient and the mode lets this learner go
+on (`learner_image.ps.policy`); the model then holds the new weights. The slot is
 `LOCAL_RANK` (one learner per GPU), else 0; the directory `DLAAS_PS_DIR`.
+
+A parameter on a GPU cannot live in shared memory, so it is staged: it stays on its
+device, `step()` copies its gradient into the slot before publishing it and the new weights
+back onto the device after. `attach(..., staged=True)` stages CPU parameters the same way,
+for a model whose tensors must keep their own storage.
 
 If the server is down, `step()` waits for it to come back (the sidecar is restarted and
 restores its snapshot) and then goes on. A learner that is restarted attaches again to its
-slot and continues. CPU tensors only: a GPU learner would stage its gradient through the
-slot.
+slot and continues.
 """
 
 from __future__ import annotations
@@ -175,9 +179,12 @@ class ParameterServer:
 
 
 class TorchParameterServer:
-    """A PyTorch model whose parameters and gradients live in the parameter server."""
+    """A PyTorch model whose parameters and gradients live in the parameter server: bound
+    in place where they can be (CPU), staged through the slot where they cannot (GPU)."""
 
-    def __init__(self, model: torch.nn.Module, client: ParameterServer) -> None:
+    def __init__(
+        self, model: torch.nn.Module, client: ParameterServer, *, staged: bool = False
+    ) -> None:
         import torch
 
         self.model = model
@@ -185,34 +192,55 @@ class TorchParameterServer:
         self._weights = torch.from_numpy(client.weights)
         self._grad = torch.from_numpy(client.gradient)
         files = client._files
-        self._bindings: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        self._bound: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        self._staged: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = []
         for (_name, param), spec in zip(model.named_parameters(), files.layout.params, strict=True):
             span = slice(spec.offset, spec.offset + spec.numel)
-            with torch.no_grad():
-                param.data = self._weights[span].view(spec.shape)
+            weights = self._weights[span].view(spec.shape)
             grad = self._grad[span].view(spec.shape)
-            param.grad = grad
-            self._bindings.append((param, grad))
+            with torch.no_grad():
+                if staged or param.device.type != "cpu":
+                    param.data.copy_(weights)  # the shared weights, whoever seeded them
+                    self._staged.append((param, weights, grad))
+                else:
+                    param.data = weights
+                    param.grad = grad
+                    self._bound.append((param, grad))
 
     @property
     def version(self) -> int:
         return self.client.version
 
     def zero_grad(self) -> None:
-        """Zero this learner's slot (it is writable whenever `step()` has returned)."""
+        """Zero this learner's gradients (the slot is writable whenever `step()` has
+        returned)."""
         self._grad.zero_()
-        for param, grad in self._bindings:
+        for param, grad in self._bound:
             param.grad = grad
+        for param, _weights, _grad in self._staged:
+            if param.grad is not None:
+                param.grad.zero_()
 
     def step(self, lr: float | None = None) -> int:
         """Push the gradient and wait for the new weights; replaces `optimizer.step()`."""
-        for param, grad in self._bindings:
+        import torch
+
+        for param, grad in self._bound:
             if param.grad is None:
                 grad.zero_()
             elif param.grad.data_ptr() != grad.data_ptr():
                 grad.copy_(param.grad)  # the training code replaced .grad: take its values
             param.grad = grad
-        return self.client.push(lr)
+        for param, _weights, grad in self._staged:
+            if param.grad is None:
+                grad.zero_()
+            else:
+                grad.copy_(param.grad)  # from the device into the slot, once it is computed
+        committed = self.client.push(lr)
+        with torch.no_grad():
+            for param, weights, _grad in self._staged:
+                param.data.copy_(weights)
+        return committed
 
     def close(self) -> None:
         self.client.close()
@@ -225,19 +253,24 @@ def attach(
     directory: Path | None = None,
     slot: int | None = None,
     timeout: float = DEFAULT_ATTACH_TIMEOUT_S,
+    staged: bool = False,
 ) -> TorchParameterServer:
     """Put `model`'s parameters into the pod's parameter server (the first learner's values
-    seed it; later learners take the shared ones) and return the handle to step with."""
+    seed it; later learners take the shared ones) and return the handle to step with.
+    `staged`: copy CPU parameters through the slot too, as GPU ones always are."""
     import torch
 
     named = list(model.named_parameters())
     for name, param in named:
-        if param.dtype != torch.float32 or param.device.type != "cpu":
-            raise ValueError(f"parameter {name}: the parameter server holds float32 CPU tensors")
+        if param.dtype != torch.float32:
+            raise ValueError(
+                f"parameter {name}: the parameter server holds float32 tensors, not "
+                f"{param.dtype}; call model.float() before attaching"
+            )
     layout = ModelLayout.of((name, tuple(param.shape)) for name, param in named)
     initial = np.zeros(layout.numel, dtype=np.float32)
     for (_name, param), spec in zip(named, layout.params, strict=True):
-        initial[spec.offset : spec.offset + spec.numel] = param.detach().reshape(-1).numpy()
+        initial[spec.offset : spec.offset + spec.numel] = param.detach().reshape(-1).cpu().numpy()
     client = ParameterServer(directory, slot, timeout=timeout)
     client.attach(layout, optimizer or OptimizerConfig(), initial)
-    return TorchParameterServer(model, client)
+    return TorchParameterServer(model, client, staged=staged)
