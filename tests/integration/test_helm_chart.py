@@ -6,10 +6,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,6 +16,7 @@ import yaml
 from celery import beat
 
 from storage.settings import Settings
+from tests.heartbeat_probe import assert_probe_tells_a_stale_heartbeat
 from tests.kube import rbac
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "dlaas"
@@ -190,16 +187,7 @@ def test_beat_monitor_and_pod_watcher_are_probed_on_their_heartbeat(
         module, name = scheduler.split(":")
         assert issubclass(getattr(importlib.import_module(module), name), beat.Scheduler)
 
-    # The probe command itself, run here on a file of our own.
-    local = tmp_path / "alive"
-    probe = container["livenessProbe"]["exec"]["command"]
-    run = [sys.executable, *probe[1:3], str(local), *probe[4:]]
-    repo = CHART.parents[1]
-    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 1  # never refreshed
-    local.touch()
-    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 0
-    os.utime(local, (time.time() - 2 * float(probe[5]),) * 2)
-    assert subprocess.run(run, cwd=repo, capture_output=True).returncode == 1  # hung or dead
+    assert_probe_tells_a_stale_heartbeat(container["livenessProbe"]["exec"]["command"], tmp_path)
 
 
 def test_the_bundled_s3_server_requires_the_credentials_dlaas_uses(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 import yaml
+from celery import beat
 
 from storage.settings import Settings
+from tests.heartbeat_probe import assert_probe_tells_a_stale_heartbeat
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 
@@ -32,3 +35,18 @@ def test_every_service_is_there_and_the_environment_is_dlaas_settings(
         assert settings.database_url.startswith("postgresql+asyncpg://dlaas:dlaas@postgres:5432/")
         assert settings.redis_url == "redis://redis:6379/0"
         assert (settings.object_store, settings.s3_endpoint_url) == ("s3", "http://s3:8333")
+
+
+@pytest.mark.parametrize("name", ["beat", "monitor"])
+def test_beat_and_monitor_are_checked_on_their_heartbeat(name: str, tmp_path: Path) -> None:
+    service = yaml.safe_load(COMPOSE.read_text())["services"][name]
+    heartbeat = service["environment"]["DLAAS_LIVENESS_FILE"]
+    assert service["environment"]["DLAAS_REDIS_URL"] == "redis://redis:6379/0"  # still dlaas's
+    check = service["healthcheck"]["test"]
+    assert check[0] == "CMD" and check[4] == heartbeat
+    if name == "beat":  # the stock scheduler refreshes no heartbeat
+        command = service["command"]
+        scheduler = command[command.index("--scheduler") + 1]
+        module, attribute = scheduler.split(":")
+        assert issubclass(getattr(importlib.import_module(module), attribute), beat.Scheduler)
+    assert_probe_tells_a_stale_heartbeat(check[1:], tmp_path)
