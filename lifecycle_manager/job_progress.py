@@ -92,7 +92,7 @@ class LearnerView:
     state: LearnerState
     exit_code: int | None = None
     reason: str = ""
-    signal: str | None = None  # known only as the exit is reported
+    signal: str | None = None
     oom_killed: bool | None = None  # the cluster's word on it, where it gives one
 
 

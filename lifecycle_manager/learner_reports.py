@@ -56,7 +56,9 @@ RESTART_EVENT = "restart"
 
 
 def learner_view(row: Learner) -> LearnerView:
-    return LearnerView(row.index, LearnerState(row.state), row.exit_code, row.reason)
+    return LearnerView(
+        row.index, LearnerState(row.state), row.exit_code, row.reason, row.signal, row.oom_killed
+    )
 
 
 def job_view(job: Job, rows: Sequence[LearnerView]) -> JobView:
@@ -87,6 +89,8 @@ async def _record(
         update.state.value,
         exit_code=update.exit_code,
         reason=update.reason,
+        signal=update.signal,
+        oom_killed=update.oom_killed,
     )
     if changed and update.state in ENDING and update.state is not LearnerState.STOPPING:
         await repo.add_event(
@@ -364,6 +368,19 @@ async def apply_cluster_view(
             decision = await _decide(session, job, list(views.values()), failures)
     await carry_out(ctx, job_id, decision)
     return seen
+
+
+async def apply_stored_rows(ctx: Context, job_id: str) -> None:
+    """Decide on the job's rows as they stand. A learner that ended while the job was
+    RECOVERING was recorded then but not acted on (the next attempt decides): a learner
+    restart calls this once its learner is deployed again, so that end is acted on at once."""
+    async with ctx.sessions.begin() as session:
+        found = await _current(session, job_id)
+        if found is None:
+            return
+        job, rows = found
+        decision = await _decide(session, job, [learner_view(row) for row in rows.values()])
+    await carry_out(ctx, job_id, decision)
 
 
 async def apply_silence(ctx: Context, job_id: str, silent: Mapping[int, float]) -> None:

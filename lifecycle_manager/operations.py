@@ -26,6 +26,7 @@ from lifecycle_manager.capacity_wait import (
 )
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import ENDING, Desired, LearnerState
+from lifecycle_manager.learner_reports import apply_stored_rows
 from lifecycle_manager.learner_restarts import (
     deploy_reason,
     learners_to_create,
@@ -190,7 +191,10 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
         gone = all(stopped)
     if not gone:
         return Outcome("waiting for the failed attempt's learners to stop", retry_after=0.5)
-    return await deploy_job(ctx, job_id)
+    outcome = await deploy_job(ctx, job_id)
+    if scope is RestartScope.LEARNER:
+        await apply_stored_rows(ctx, job_id)  # another learner may have ended meanwhile
+    return outcome
 
 
 async def _mark_stopping(session: AsyncSession, job: Job) -> None:

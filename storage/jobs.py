@@ -200,6 +200,8 @@ async def reset_learners(
             learner.attempt = attempt
             learner.state = "PENDING"
             learner.exit_code = None
+            learner.signal = None
+            learner.oom_killed = None
             learner.reason = ""
             learner.updated_at = utcnow()
     for stale in existing.values():
@@ -216,12 +218,21 @@ async def set_learner_state(
     *,
     exit_code: int | None = None,
     reason: str = "",
+    signal: str | None = None,
+    oom_killed: bool | None = None,
 ) -> bool:
     """Record a learner's state if the report is about its current attempt."""
     result = await session.execute(
         update(Learner)
         .where(Learner.job_id == job_id, Learner.index == index, Learner.attempt == attempt)
-        .values(state=state, exit_code=exit_code, reason=reason, updated_at=utcnow())
+        .values(
+            state=state,
+            exit_code=exit_code,
+            signal=signal,
+            oom_killed=oom_killed,
+            reason=reason,
+            updated_at=utcnow(),
+        )
         .execution_options(synchronize_session=False)
     )
     return result.rowcount == 1  # type: ignore[attr-defined]

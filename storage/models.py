@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -69,5 +69,8 @@ class Learner(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(16), default="PENDING")
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    # how it exited, so a failure decided later from the row is classed as it was reported
+    signal: Mapped[str | None] = mapped_column(String(16), default=None)
+    oom_killed: Mapped[bool | None] = mapped_column(Boolean, default=None)
     reason: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

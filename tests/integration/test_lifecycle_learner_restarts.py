@@ -183,3 +183,46 @@ async def test_an_exit_code_listed_to_fail_fails_the_job_without_a_restart(
     assert job.restarts == 0
     assert "exit code 7 is one of restart_policy.fail_on_exit_codes" in job.reason
     await harness.eventually(_runs(agent, job_id), 10, "every learner to stop")
+
+
+async def test_a_learner_killed_while_another_restarts_is_classed_by_its_signal(
+    ctx: Context, agent: Agent
+) -> None:
+    """Learner 1's exit arrives while the job waits out the backoff before restarting
+    learner 2 a second time. It is acted on as soon as learner 2 is deployed again, from
+    its stored row: that row keeps the signal, so a SIGKILL's 137 is a signal, not a likely
+    out-of-memory kill."""
+    fail_learner_2_twice = (  # with another code each time: the same one twice is refused
+        'if [ "$DLAAS_ATTEMPT" -le 2 ] && [ "$LEARNER_ID" = 2 ]; then '
+        'exit "$((6 + DLAAS_ATTEMPT))"; fi; '
+        "sleep 30"
+    )
+    job_id = await make_job(
+        ctx, fail_learner_2_twice, learners=2, restart_policy={**LEARNER_SCOPE, "backoff_s": 3}
+    )
+
+    def restarts(count: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            async with ctx.sessions() as session:
+                return len(await repo.events_of_kind(session, job_id, "restart")) == count
+
+        return check
+
+    async def backing_off() -> bool:
+        return await restarts(2)() and await is_state(ctx, job_id, JobState.RECOVERING)()
+
+    await operations.deploy_job(ctx, job_id)
+    await watch(ctx, backing_off, timeout=20)
+    await streams.apublish_learner_event(
+        ctx.redis, streams.exit_event(job_id, 1, 1, 137, "SIGKILL", "killed")
+    )
+    await drain(ctx)
+    assert await is_state(ctx, job_id, JobState.RECOVERING)(), "decided during the backoff"
+    await watch(ctx, restarts(3), timeout=15)
+    async with ctx.sessions() as session:
+        *_, last = await repo.events_of_kind(session, job_id, "restart")
+    failure = last.detail["failure"]
+    assert (failure["learner"], failure["exit_code"], failure["signal"]) == (1, 137, "SIGKILL")
+    assert failure["cause"] == "signal"
+    await set_job(ctx, job_id, desired="delete")
+    assert (await operations.delete_job(ctx, job_id)).message == "deleted"
