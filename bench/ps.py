@@ -13,7 +13,9 @@
    in rounds before, between and after the baselines (3., 4.), so the memory bandwidth
    other tenants leave this machine moves the figures and their baselines alike.
    `updates_per_s` is the median window, `fraction_of_ceiling` the median of each window
-   over the ceiling sampled just before it.
+   over the ceiling sampled just before it. It can pass 1: when both slots are ready the
+   server applies the two gradients in one pass over the weights (see `ps.kernels`), which
+   moves fewer bytes per gradient than one copy does.
 3. torch.distributed gloo all-reduce of the same tensor between 2 processes: one
    all-reduce aggregates 2 gradients.
 4. A torch.distributed.rpc parameter server: 2 learners `rpc_sync` their gradient to a
