@@ -372,8 +372,9 @@ async def apply_cluster_view(
 
 async def apply_stored_rows(ctx: Context, job_id: str) -> None:
     """Decide on the job's rows as they stand. A learner that ended while the job was
-    RECOVERING was recorded then but not acted on (the next attempt decides): a learner
-    restart calls this once its learner is deployed again, so that end is acted on at once."""
+    RECOVERING or QUEUED was recorded then but not acted on (the next attempt decides): a
+    deploy that kept some learners running calls this once the others are created, so that
+    end is acted on at once."""
     async with ctx.sessions.begin() as session:
         found = await _current(session, job_id)
         if found is None:

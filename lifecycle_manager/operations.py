@@ -68,6 +68,7 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         if job.deleted_at is not None or job.desired != Desired.RUN:
             return Outcome(f"not deploying: the job is to {job.desired}")
         attempt = job.attempt
+        kept_learners = restart_scope(job) is RestartScope.LEARNER
         if job.state in (JobState.QUEUED, JobState.RECOVERING):
             if not await waiting_for_capacity(session, job):
                 attempt += 1
@@ -116,6 +117,10 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         for spec in specs:
             await ctx.backend.delete_learner(spec.name)
         return Outcome("the job changed while deploying; its learners were stopped")
+    if kept_learners:
+        # A learner left running may have ended while the job was RECOVERING or QUEUED,
+        # when ends are recorded but not acted on: act on it now.
+        await apply_stored_rows(ctx, job_id)
     return Outcome(f"attempt {attempt}: {len(created)} of {len(specs)} learners created")
 
 
@@ -191,10 +196,7 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
         gone = all(stopped)
     if not gone:
         return Outcome("waiting for the failed attempt's learners to stop", retry_after=0.5)
-    outcome = await deploy_job(ctx, job_id)
-    if scope is RestartScope.LEARNER:
-        await apply_stored_rows(ctx, job_id)  # another learner may have ended meanwhile
-    return outcome
+    return await deploy_job(ctx, job_id)
 
 
 async def _mark_stopping(session: AsyncSession, job: Job) -> None:

@@ -226,6 +226,66 @@ async def test_a_learner_scope_restart_replaces_only_the_failed_learners_pod(
     assert (failure["learner"], failure["cause"], failure["exit_code"]) == (2, "signal", 137)
 
 
+async def test_a_learner_ending_while_its_job_waits_for_room_is_acted_on_once_it_deploys(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    """Learner 2 fails and the GPU its pod held is taken before it can be created again: the
+    job waits QUEUED. Learner 1 ends meanwhile (recorded, not acted on while QUEUED). When
+    the sweep deploys learner 2 again, learner 1's end is acted on at once, as a signal."""
+    core = core_api(emulator.url)
+    core.delete_node("node-1")
+    core.create_node(node("gpu-a", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
+    job_id = await make_job(
+        kube_ctx,
+        "python train.py",
+        learners=2,
+        gpus=1,
+        cpus=2,
+        restart_policy={"scope": "learner", "backoff_s": 0.1},
+    )
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "another-teams-pod"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+    with Kubelet(emulator.url, namespace, node="gpu-a", hold=True) as kubelet:
+        async with pod_watcher(kube_ctx):
+            await operations.deploy_job(kube_ctx, job_id)
+            first, second = [
+                pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)
+            ]
+            for name in (first, second):
+                kubelet.bind(name)
+                kubelet.start(name)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.DOWNLOADING))
+            core.create_namespaced_pod(namespace, squatter)  # waits for the next free GPU
+            kubelet.finish(second, 7)
+            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.QUEUED), timeout=20)
+            assert (await load(kube_ctx, job_id)).reason.startswith("waiting for capacity")
+
+            kubelet.finish(first, 137)  # reason Error: a SIGKILL, not the OOM killer
+
+            async def learner_1_failed() -> bool:
+                return (await learner_rows(kube_ctx, job_id))[1] == (1, "FAILED")
+
+            await follow(kube_ctx, learner_1_failed, what="learner 1's end recorded")
+            assert (await load(kube_ctx, job_id)).state == JobState.QUEUED  # not acted on yet
+
+            report = await reconcile(kube_ctx)  # learner 1's GPU is free: learner 2 fits
+            assert report.deployed == [job_id]
+            async with kube_ctx.sessions() as session:
+                restarts = await repo.events_of_kind(session, job_id, "restart")
+            assert [r.detail["failure"]["learner"] for r in restarts] == [2, 1]
+            failure = restarts[-1].detail["failure"]
+            assert (failure["cause"], failure["exit_code"]) == ("signal", 137)
+            assert (await load(kube_ctx, job_id)).state == JobState.RECOVERING
+
+
 TRAIN = """\
 import sys, time
 from learner_image.sdk import load_checkpoint, save_checkpoint
