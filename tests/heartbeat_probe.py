@@ -1,13 +1,17 @@
-"""Run a deployment's heartbeat probe command here, on a heartbeat file of the test's own."""
+"""Check a deployment's heartbeat wiring: the beat's scheduler refreshes the file, and the
+probe command, run here on a heartbeat file of the test's own, tells a stale one."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from lifecycle_manager.beat import HeartbeatScheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,3 +28,9 @@ def assert_probe_tells_a_stale_heartbeat(probe: Sequence[str], tmp_path: Path) -
     assert subprocess.run(run, cwd=ROOT, capture_output=True).returncode == 0
     os.utime(local, (time.time() - 2 * float(probe[5]),) * 2)
     assert subprocess.run(run, cwd=ROOT, capture_output=True).returncode == 1  # hung or dead
+
+
+def assert_beat_refreshes_its_heartbeat(command: Sequence[str]) -> None:
+    """The beat's `--scheduler` is dlaas's: the stock scheduler refreshes no heartbeat."""
+    module, name = command[command.index("--scheduler") + 1].split(":")
+    assert issubclass(getattr(importlib.import_module(module), name), HeartbeatScheduler)

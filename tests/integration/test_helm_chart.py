@@ -4,7 +4,6 @@ values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are d
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -13,10 +12,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from celery import beat
 
 from storage.settings import Settings
-from tests.heartbeat_probe import assert_probe_tells_a_stale_heartbeat
+from tests.heartbeat_probe import (
+    assert_beat_refreshes_its_heartbeat,
+    assert_probe_tells_a_stale_heartbeat,
+)
 from tests.kube import rbac
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "dlaas"
@@ -182,10 +183,7 @@ def test_beat_monitor_and_pod_watcher_are_probed_on_their_heartbeat(
     liveness = container["livenessProbe"]
     assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 120
     if component == "beat":
-        command = container["command"]
-        scheduler = command[command.index("--scheduler") + 1]
-        module, name = scheduler.split(":")
-        assert issubclass(getattr(importlib.import_module(module), name), beat.Scheduler)
+        assert_beat_refreshes_its_heartbeat(container["command"])
 
     assert_probe_tells_a_stale_heartbeat(container["livenessProbe"]["exec"]["command"], tmp_path)
 
