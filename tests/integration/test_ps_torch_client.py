@@ -10,9 +10,10 @@ import torch
 
 from learner_image import ps
 from learner_image.ps.layout import SGD
-from tests.integration.ps_harness import ThreadServer, base, settled, wait_for
+from tests.integration import ps_harness
+from tests.integration.ps_harness import ThreadServer, settled, wait_for
 
-__all__ = ["base"]
+base = ps_harness.base
 
 STEPS = 30
 SERVER = ("--mode", "async", "--threads", "1", "--snapshot-interval", "0")
