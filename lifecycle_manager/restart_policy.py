@@ -36,6 +36,7 @@ a job that keeps checkpointing between failures restarts at once every time.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -82,6 +83,32 @@ class RestartPolicy:
         return cls(**known)
 
 
+# What differs between two attempts of the same program error: where the attempt ran, and
+# what the process was given at random. Each pattern is replaced by a mark of its own.
+_ATTEMPT_DETAILS = (
+    # a learner's working directory per attempt: .../jobs/J/learner-1/a2/data/x.npz
+    (re.compile(r"(?<=/learner-)(\d+)/a\d+(?=/|\b)"), r"\1/a*"),
+    # a learner's name (process, pod): dlaas-J-learner-1-a2
+    (re.compile(r"(?<=-learner-)(\d+)-a\d+\b"), r"\1-a*"),
+    # object addresses: <Tensor object at 0x7f3a2c1d0e50>
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x*"),
+    # process ids: "pid 4711", "PID: 4711", "process 4711"
+    (re.compile(r"\b(pid|PID|process|Process)([ =:]+)\d+\b"), r"\1\2*"),
+    # temporary files and directories: /tmp/tmpk3j_x9q1
+    (re.compile(r"\btmp[a-z0-9_]{8}\b"), "tmp*"),
+    # times of day, as logging prefixes them: 2026-11-24 12:00:03,123
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"), "<time>"),
+)
+
+
+def without_attempt_details(line: str) -> str:
+    """A program's error line with what differs between attempts masked, so the same error
+    in two attempts (a missing file under each attempt's own directory) compares equal."""
+    for pattern, mark in _ATTEMPT_DETAILS:
+        line = pattern.sub(mark, line)
+    return line
+
+
 def learners_to_restart(
     scope: RestartScope, failed_learner: int | None, num_learners: int
 ) -> tuple[int, ...]:
@@ -105,7 +132,7 @@ class Failure:
 
     @property
     def signature(self) -> str:
-        return f"{self.cause}|{self.exit_code}|{self.last_line}"
+        return f"{self.cause}|{self.exit_code}|{without_attempt_details(self.last_line)}"
 
     def repeats(self, earlier: Failure) -> bool:
         """The same program error again, with no progress in between."""

@@ -8,6 +8,7 @@ from lifecycle_manager.restart_policy import (
     decide_restart,
     learners_to_restart,
     with_restart_policy,
+    without_attempt_details,
 )
 from storage.job_states import JobState
 
@@ -199,3 +200,32 @@ def test_restart_counting_and_backoff_are_per_job_whichever_learner_failed() -> 
     # Each learner's checkpoints are its own progress: no backoff across learners.
     stalled = RestartPolicy(max_restarts=9, backoff_s=1.0, scope=RestartScope.LEARNER)
     assert decide_restart(stalled, third, history).delay_s == 0.0
+
+
+def test_the_same_error_under_each_attempts_own_directory_is_the_same_failure() -> None:
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '{}'"
+    path = "/home/u/.dlaas/agent/jobs/training-x/learner-1/a{}/data/digits.npz"
+    first = failure(line=missing.format(path.format(1)))
+    again = failure(line=missing.format(path.format(2)))
+    verdict = decide_restart(POLICY, again, [first])
+    assert not verdict.restart
+    assert "same failure happened 2 times" in verdict.reason
+
+
+def test_addresses_pids_temporary_names_and_times_do_not_tell_failures_apart() -> None:
+    pairs = [
+        ("<Tensor object at 0x7f3a2c1d0e50>", "<Tensor object at 0x7f11aa0b9e10>"),
+        ("worker pid 4711 exited", "worker pid 5102 exited"),
+        ("cannot open /tmp/tmpk3j_x9q1/shard", "cannot open /tmp/tmpz0a8_m2c/shard"),
+        ("2026-11-24 12:00:03,123 ERROR boom", "2026-11-24 12:00:09,987 ERROR boom"),
+        ("pod dlaas-training-x-learner-2-a1 lost", "pod dlaas-training-x-learner-2-a2 lost"),
+    ]
+    for one, other in pairs:
+        assert failure(line=other).repeats(failure(line=one)), (one, other)
+
+
+def test_what_tells_errors_apart_is_kept() -> None:
+    assert without_attempt_details("step 12 loss nan") == "step 12 loss nan"
+    learner_1 = failure(line="error in /jobs/training-x/learner-1/a1/model/train.py")
+    learner_2 = failure(line="error in /jobs/training-x/learner-2/a2/model/train.py")
+    assert not learner_2.repeats(learner_1)
