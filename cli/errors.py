@@ -52,6 +52,8 @@ def describe_api_error(exc: ApiError) -> str:
         return f"not allowed: {detail or 'your token may not do this'}"
     if exc.status == 404:
         job = _JOB_PATH.match(exc.path)
+        if job and exc.code == "deleted" and detail:
+            return detail
         if job and "/results/" not in exc.path:
             return f"no job {job.group(1)}: see your jobs with `dlaas list`"
         data = _DATA_PATH.match(exc.path)

@@ -24,8 +24,6 @@ from cli.output import (
     stdout_console,
 )
 
-FINAL_STATES = frozenset({"COMPLETED", "FAILED"})
-
 
 def format_line(event: dict[str, Any], prefixed: bool) -> str:
     text = str(event.get("line", ""))
@@ -249,6 +247,14 @@ def exit_for_outcome(inv: Invocation, job_id: str, final: str | None) -> None:
         if not inv.json:
             note(f"job {job_id} COMPLETED: fetch its results with `dlaas download {job_id}`")
         return
+    if final == "DELETED":
+        error_line(f"job {job_id} was deleted; its logs, checkpoints and results are gone")
+        raise typer.Exit(1)
+    if final == "HALTED":
+        error_line(
+            f"job {job_id} HALTED; it keeps its checkpoints: `dlaas resume {job_id}` continues it"
+        )
+        raise typer.Exit(1)
     reason = ""
     try:
         reason = str(inv.client().get_job(job_id).get("reason") or "")

@@ -119,6 +119,7 @@ def format_number(value: Any) -> str:
 STATE_STYLES = {
     "COMPLETED": "green",
     "FAILED": "red",
+    "DELETED": "dim",
     "HALTED": "yellow",
     "RUNNING": "cyan",
     "RECOVERING": "magenta",

@@ -26,7 +26,7 @@ async def requeue_for_capacity(
     session: AsyncSession, job_id: str, attempt: int, refusal: NoCapacity
 ) -> bool:
     """DEPLOYING -> QUEUED if the job is still deploying `attempt`; whether it moved."""
-    job = await repo.get_job_any(session, job_id)
+    job = await repo.lock_job(session, job_id)
     if job is None or job.attempt != attempt:
         return False
     moved = await repo.transition(

@@ -15,18 +15,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import Desired, LearnerState
+from lifecycle_manager.job_progress import (
+    BEATING,
+    LearnerState,
+)
 from lifecycle_manager.learner_reports import apply_silence
 from lifecycle_manager.restart_policy import RestartPolicy
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import JobState
+from storage.job_states import Desired, JobState
 
 log = logging.getLogger(__name__)
 
 # A deploying job may have learners running: those a restart of one learner left alone.
 WATCHED_JOBS = (JobState.DEPLOYING, JobState.DOWNLOADING, JobState.RUNNING, JobState.STORING)
-BEATING = frozenset({LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING})
 
 
 @dataclass(frozen=True)
@@ -74,15 +76,16 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
                 for row in rows
             ]
             timeout = RestartPolicy.from_manifest(job.manifest).heartbeat_timeout_s
-            watched.append((job.id, beats, timeout))
+            attempts = {row.index: row.attempt for row in rows}
+            watched.append((job.id, beats, timeout, attempts))
     touched = []
-    for job_id, beats, timeout in watched:
+    for job_id, beats, timeout, attempts in watched:
         heard = await streams.aget_heartbeats(ctx.redis, job_id)
         silent = silent_learners(
             beats, heard, now=time.time(), timeout_s=timeout, listening_since=listening_since
         )
         if silent:
             log.warning("job %s: no heartbeat from learner(s) %s", job_id, sorted(silent))
-            await apply_silence(ctx, job_id, silent)
+            await apply_silence(ctx, job_id, silent, attempts)
             touched.append(job_id)
     return touched

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from storage.job_states import JobState
+from storage.job_states import Desired, JobState
 
 
 class LearnerState(StrEnum):
@@ -48,6 +48,8 @@ class LearnerState(StrEnum):
 
 FINISHED = frozenset({LearnerState.SUCCEEDED, LearnerState.FAILED, LearnerState.STOPPED})
 ENDING = FINISHED | {LearnerState.STOPPING}
+# Learners whose runner sends heartbeats: silent too long, they hung.
+BEATING = frozenset({LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING})
 REPORTED_STATES = frozenset(
     {LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING, LearnerState.DONE}
 )
@@ -74,12 +76,6 @@ _JOB_STATE_AT_RANK = {1: JobState.DOWNLOADING, 2: JobState.RUNNING, 3: JobState.
 OOM_EXIT_CODE = 137
 
 
-class Desired(StrEnum):
-    RUN = "run"
-    HALT = "halt"
-    DELETE = "delete"
-
-
 class Action(StrEnum):
     STOP_LEARNERS = "stop_learners"
     STOP_FAILED_LEARNER = "stop_failed_learner"  # only `Decision.failed_learner`
@@ -94,6 +90,8 @@ class LearnerView:
     reason: str = ""
     signal: str | None = None
     oom_killed: bool | None = None  # the cluster's word on it, where it gives one
+    cause: str | None = None  # a failed learner's `restart_policy.Cause`, as reported
+    last_line: str = ""  # the program's last line, where its runner reported one
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,25 @@
 """Apply what learners report (events) or what the cluster shows (reconcile) to a job.
 
-Each report is handled in one transaction: learner row, then the job's decision from
-`job_progress.decide`, then (after commit) the decision's actions. A report about an older
-attempt of its learner than the one its row holds (each row holds the attempt its learner
-was last created in), or about a learner already finished, changes nothing, so a redelivered
-event, or a late one from a learner restarted meanwhile, is harmless.
+Each report is handled in one transaction that starts by locking the job's row
+(`storage.jobs.lock_job`), so the processes that act on a job (the monitor, the reconcile,
+the workers) take turns and each reads what the one before it committed. The transaction
+records the learner's row (a compare-and-set on its state), then settles the job: it asks
+`job_progress.decide` for the next step on the job's whole stored state, applies it, and
+asks again until the answer is "no change". After commit, the decisions' actions run.
+
+Nothing is decided on a report alone: a failure is classed from what its row keeps (cause,
+exit, last line), so a decision lost with a crashed process, or refused because the job
+moved meanwhile, is taken again by whichever process settles the job next (the reconcile
+settles every open job on each pass). A report about an older attempt of its learner than
+the one its row holds, or about a learner already finished, changes nothing, so a
+redelivered event, or a late one from a learner restarted meanwhile, is harmless.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -20,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from lifecycle_manager.backends.base import OOM_KILLED_FIELD, BackendUnavailable, LearnerStatus
 from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import (
+    BEATING,
     ENDING,
-    NO_CHANGE,
     Action,
     ClusterLearner,
     Decision,
@@ -53,11 +61,20 @@ log = logging.getLogger(__name__)
 VANISHED = "vanished without a recorded exit"
 INTERRUPTED = "interrupted while it should run"
 RESTART_EVENT = "restart"
+# Settling moves a job forward at most a few times (progress, then an end); more means a bug.
+MAX_SETTLE_ROUNDS = 8
 
 
 def learner_view(row: Learner) -> LearnerView:
     return LearnerView(
-        row.index, LearnerState(row.state), row.exit_code, row.reason, row.signal, row.oom_killed
+        row.index,
+        LearnerState(row.state),
+        row.exit_code,
+        row.reason,
+        row.signal,
+        row.oom_killed,
+        row.cause,
+        row.last_line,
     )
 
 
@@ -65,32 +82,41 @@ def job_view(job: Job, rows: Sequence[LearnerView]) -> JobView:
     return JobView(JobState(job.state), Desired(job.desired), tuple(rows))
 
 
-async def _current(session: AsyncSession, job_id: str) -> tuple[Job, dict[int, Learner]] | None:
-    job = await repo.get_job_any(session, job_id)
+@dataclass
+class Locked:
+    """A job's row, locked for the transaction, and its learner rows by index."""
+
+    job: Job
+    rows: dict[int, Learner]
+
+    def views(self) -> list[LearnerView]:
+        return [learner_view(row) for row in self.rows.values()]
+
+
+async def lock(session: AsyncSession, job_id: str) -> Locked | None:
+    job = await repo.lock_job(session, job_id)
     if job is None:
         return None
-    rows = {row.index: row for row in await repo.learners_of(session, job_id)}
-    return job, rows
+    return Locked(job, {row.index: row for row in await repo.learners_of(session, job_id)})
 
 
 async def _record(
-    session: AsyncSession,
-    job: Job,
-    attempt: int,
-    update: LearnerView,
-    detail: Mapping[str, object],
+    session: AsyncSession, job: Job, row: Learner, update: LearnerView, detail: Mapping[str, object]
 ) -> bool:
-    """Record a learner's new state, if its row still holds `attempt` of it."""
+    """Record a learner's new state, if its row still holds the attempt and state read."""
     changed = await repo.set_learner_state(
         session,
         job.id,
         update.index,
-        attempt,
+        row.attempt,
         update.state.value,
+        from_state=row.state,
         exit_code=update.exit_code,
         reason=update.reason,
         signal=update.signal,
         oom_killed=update.oom_killed,
+        cause=update.cause,
+        last_line=update.last_line,
     )
     if changed and update.state in ENDING and update.state is not LearnerState.STOPPING:
         await repo.add_event(
@@ -98,7 +124,7 @@ async def _record(
             job.id,
             "learner_exit",
             f"learner {update.index} {update.state.value.lower()}: {update.reason}",
-            {"learner": update.index, "attempt": attempt, **detail},
+            {"learner": update.index, "attempt": row.attempt, **detail},
         )
     return changed
 
@@ -112,6 +138,7 @@ def _after_exit(
     *,
     stopped: bool,
     oom_killed: bool | None = None,
+    last_line: str = "",
 ) -> LearnerView | None:
     """The learner's row after its exit; `stopped`: the cluster stopped it on request.
 
@@ -132,14 +159,29 @@ def _after_exit(
     state, why = learner_after_exit(
         previous, Desired(job.desired), exit_code, signal, reason, stopped=winding_down
     )
-    if stopped and state is LearnerState.FAILED:
-        why = f"{INTERRUPTED}: {why}"
-    return LearnerView(row.index, state, exit_code, why, signal, oom_killed)
+    cause: str | None = None
+    if state is LearnerState.FAILED:
+        if stopped:
+            why = f"{INTERRUPTED}: {why}"
+            cause = Cause.INTERRUPTED.value
+        else:
+            cause = classify(exit_code, signal, oom_killed=oom_killed).value
+    return LearnerView(
+        row.index, state, exit_code, why, signal, oom_killed, cause, last_line if cause else ""
+    )
 
 
 def _failure_of(view: LearnerView) -> Failure:
-    cause = classify(view.exit_code, view.signal, oom_killed=view.oom_killed)
-    return Failure(view.index, cause, view.reason, view.exit_code, signal=view.signal)
+    """The failure a FAILED row records: classed as it was reported, where it says."""
+    known = {cause.value for cause in Cause}
+    cause = (
+        Cause(view.cause)
+        if view.cause is not None and view.cause in known
+        else classify(view.exit_code, view.signal, oom_killed=view.oom_killed)
+    )
+    return Failure(
+        view.index, cause, view.reason, view.exit_code, last_line=view.last_line, signal=view.signal
+    )
 
 
 async def restart_history(session: AsyncSession, job_id: str) -> list[Failure]:
@@ -156,9 +198,20 @@ async def newest_checkpoint(
     return str(event.detail.get("name")) if event is not None else None
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    """A failure's decision under the restart policy, and the event that records why."""
+
+    decision: Decision
+    event: str
+    reason: str
+    detail: dict[str, Any]
+    counted: bool  # the restart uses one of the policy's `max_restarts`
+
+
 async def _with_policy(
     session: AsyncSession, job: Job, decision: Decision, failure: Failure
-) -> Decision:
+) -> _Verdict:
     policy = RestartPolicy.from_manifest(job.manifest)
     own = failure.learner if policy.scope is RestartScope.LEARNER else None
     checkpoint = await newest_checkpoint(session, job.id, own)
@@ -166,53 +219,65 @@ async def _with_policy(
     history = await restart_history(session, job.id)
     decision, verdict = with_restart_policy(decision, policy, failure, history)
     detail = {"failure": failure.to_detail(), "attempt": job.attempt, "delay_s": verdict.delay_s}
-    if verdict.restart:
-        await repo.add_event(session, job.id, RESTART_EVENT, verdict.reason, detail)
-    else:
-        await repo.add_event(session, job.id, "restart_refused", verdict.reason, detail)
-    return decision
+    event = RESTART_EVENT if verdict.restart else "restart_refused"
+    counted = verdict.restart and failure.cause is not Cause.INTERRUPTED
+    return _Verdict(decision, event, verdict.reason, detail, counted)
 
 
-async def _decide(
-    session: AsyncSession,
-    job: Job,
-    rows: Sequence[LearnerView],
-    failures: Mapping[int, Failure] | None = None,
-) -> Decision:
-    """Apply what `decide` (and, for a failure, the restart policy) says.
-
-    NO_CHANGE if the job moved meanwhile.
-    """
-    decision = decide(job_view(job, rows))
-    if decision.target is None:
-        return NO_CHANGE
-    if decision.failed_learner is not None:
-        failed = (failures or {}).get(decision.failed_learner)
-        if failed is None:
-            view = next(r for r in rows if r.index == decision.failed_learner)
-            failed = _failure_of(view)
-        decision = await _with_policy(session, job, decision, failed)
+async def _apply(session: AsyncSession, job: Job, decision: Decision, counted: bool) -> bool:
+    """Move the job through `decision.via` to its target; whether every move was made."""
     for state in (*decision.via, decision.target):
         assert state is not None
-        changes: dict[str, Any] = (
-            {"restarts": job.restarts + 1} if state is JobState.RECOVERING else {}
-        )
+        counts = counted and state is JobState.RECOVERING
+        changes: dict[str, Any] = {"restarts": job.restarts + 1} if counts else {}
         result = await repo.transition(
             session, job.id, state, decision.reason, {"attempt": job.attempt}, **changes
         )
         if not result.changed:
-            return NO_CHANGE
-    return decision
+            return False
+    return True
 
 
-async def carry_out(ctx: Context, job_id: str, decision: Decision) -> None:
-    """The side effects of an applied decision, after its transaction committed."""
-    await run_actions(ctx, job_id, decision.actions, decision.delay_s, decision.failed_learner)
-    if decision.target is not None and is_final(decision.target):
-        try:
-            await streams.aretire_job_streams(ctx.redis, job_id)
-        except RedisError as error:
-            log.warning("job %s: could not set its streams to expire: %s", job_id, error)
+async def settle(session: AsyncSession, locked: Locked) -> list[Decision]:
+    """Take every step `decide` asks for on the job's stored state, until it asks none.
+
+    A step refused because the job moved is no dead end: the job is read again and the
+    next step decided on what it is now. Returns the steps taken, whose actions the caller
+    carries out after commit.
+    """
+    taken: list[Decision] = []
+    for _ in range(MAX_SETTLE_ROUNDS):
+        job = locked.job
+        views = locked.views()
+        decision = decide(job_view(job, views))
+        if decision.target is None:
+            return taken
+        verdict: _Verdict | None = None
+        if decision.failed_learner is not None:
+            failed = next(view for view in views if view.index == decision.failed_learner)
+            verdict = await _with_policy(session, job, decision, _failure_of(failed))
+            decision = verdict.decision
+        if await _apply(session, job, decision, verdict is not None and verdict.counted):
+            taken.append(decision)
+            if verdict is not None:
+                await repo.add_event(session, job.id, verdict.event, verdict.reason, verdict.detail)
+        again = await lock(session, job.id)
+        if again is None:
+            return taken
+        locked = again
+    log.error("job %s: still deciding after %s steps: %s", locked.job.id, len(taken), taken)
+    return taken
+
+
+async def carry_out(ctx: Context, job_id: str, decisions: Sequence[Decision]) -> None:
+    """The side effects of applied decisions, after their transaction committed."""
+    for decision in decisions:
+        await run_actions(ctx, job_id, decision.actions, decision.delay_s, decision.failed_learner)
+        if decision.target is not None and is_final(decision.target):
+            try:
+                await streams.aretire_job_streams(ctx.redis, job_id)
+            except RedisError as error:
+                log.warning("job %s: could not set its streams to expire: %s", job_id, error)
 
 
 async def run_actions(
@@ -252,37 +317,18 @@ def _oom_killed(fields: Mapping[str, str]) -> bool | None:
 async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None:
     fields = event.fields
     async with ctx.sessions.begin() as session:
-        found = await _current(session, event.job)
-        if found is None:
+        locked = await lock(session, event.job)
+        if locked is None:
             return
-        job, rows = found
-        row = rows.get(event.learner)
+        job = locked.job
+        row = locked.rows.get(event.learner)
         if row is None or event.attempt != row.attempt:
             return
-        if event.kind == streams.CHECKPOINT and fields.get("restored") == "1":
-            name = fields.get("name", "")
-            await repo.add_event(
-                session,
-                job.id,
-                "resumed",
-                f"learner {event.learner} resumed from checkpoint {name}",
-                {"name": name, "learner": event.learner, "attempt": event.attempt},
-            )
-            return
         if event.kind == streams.CHECKPOINT:
-            name = fields.get("name", "")
-            await repo.add_event(
-                session,
-                job.id,
-                "checkpoint",
-                f"checkpoint {name} committed",
-                {"name": name, "learner": event.learner, "attempt": event.attempt},
-            )
+            await _record_checkpoint(session, event)
             return
         update: LearnerView | None = None
         reported = fields.get("state", "")
-        # The agent stopped it on request, or its runner was told to stop.
-        stopped = fields.get("deleted") == "1" or fields.get("stopped") == "1"
         if event.kind == streams.STATUS and reported in LearnerState.__members__:
             state = learner_after_status(LearnerState(row.state), LearnerState(reported))
             if state is not None:
@@ -294,8 +340,10 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
                 _exit_code(fields),
                 fields.get("signal") or None,
                 fields.get("reason", ""),
-                stopped=stopped,
+                # The agent stopped it on request, or its runner was told to stop.
+                stopped=fields.get("deleted") == "1" or fields.get("stopped") == "1",
                 oom_killed=_oom_killed(fields),
+                last_line=fields.get("last_line", ""),
             )
         if update is None:
             return
@@ -304,46 +352,53 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
             "signal": fields.get("signal") or None,
             "source": fields.get("source", ""),
         }
-        if not await _record(session, job, row.attempt, update, detail):
+        if not await _record(session, job, row, update, detail):
             return
-        views = [update if r.index == update.index else learner_view(r) for r in rows.values()]
-        failures = {}
-        if update.state is LearnerState.FAILED:
-            failure = replace(_failure_of(update), last_line=fields.get("last_line", ""))
-            if stopped:
-                failure = replace(failure, cause=Cause.INTERRUPTED)
-            failures[update.index] = failure
-        decision = await _decide(session, job, views, failures)
-    await carry_out(ctx, job.id, decision)
+        decisions = await settle(session, await _reread(session, locked))
+    await carry_out(ctx, event.job, decisions)
+
+
+async def _record_checkpoint(session: AsyncSession, event: streams.LearnerEvent) -> None:
+    name = event.fields.get("name", "")
+    detail = {"name": name, "learner": event.learner, "attempt": event.attempt}
+    if event.fields.get("restored") == "1":
+        reason = f"learner {event.learner} resumed from checkpoint {name}"
+        await repo.add_event(session, event.job, "resumed", reason, detail)
+    else:
+        reason = f"checkpoint {name} committed"
+        await repo.add_event(session, event.job, "checkpoint", reason, detail)
+
+
+async def _reread(session: AsyncSession, locked: Locked) -> Locked:
+    """The locked job after this transaction's own writes."""
+    again = await lock(session, locked.job.id)
+    assert again is not None  # the row is locked: nobody deleted it meanwhile
+    return again
 
 
 async def apply_cluster_view(
     ctx: Context, job_id: str, statuses: Sequence[LearnerStatus]
 ) -> Observation:
-    """Bring a running job's learner rows in line with the cluster; returns what was seen."""
+    """Bring a job's learner rows in line with the cluster, then settle it on them (whether
+    or not anything was new: a step lost or refused before is taken now); returns what
+    was seen."""
     async with ctx.sessions.begin() as session:
-        found = await _current(session, job_id)
-        if found is None:
+        locked = await lock(session, job_id)
+        if locked is None:
             return Observation()
-        job, rows = found
-        views = {index: learner_view(row) for index, row in rows.items()}
+        job, rows = locked.job, locked.rows
         cluster = [
             ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
             for s in statuses
             if s.learner in rows and s.attempt == rows[s.learner].attempt
         ]
-        view = job_view(job, list(views.values()))
         seen = observe_cluster(
-            view,
+            job_view(job, locked.views()),
             cluster,
             age=ctx.age(job.updated_at),
             grace=ctx.timings.deploy_grace_s,
             redeploy_after=ctx.timings.redeploy_after_s,
         )
-        failures = {
-            index: Failure(index, Cause.VANISHED, f"learner {index} {VANISHED}")
-            for index in seen.vanished
-        }
         updates = [
             _after_exit(
                 job,
@@ -356,52 +411,52 @@ async def apply_cluster_view(
             )
             for s in seen.exits
         ]
-        updates += [LearnerView(i, LearnerState.FAILED, None, VANISHED) for i in seen.vanished]
+        updates += [
+            LearnerView(i, LearnerState.FAILED, None, VANISHED, cause=Cause.VANISHED.value)
+            for i in seen.vanished
+        ]
         for update in updates:
-            if update is None:
-                continue
-            attempt = rows[update.index].attempt
-            if await _record(session, job, attempt, update, {"source": "reconcile"}):
-                views[update.index] = update
-        decision = NO_CHANGE
-        if updates:
-            decision = await _decide(session, job, list(views.values()), failures)
-    await carry_out(ctx, job_id, decision)
+            if update is not None:
+                await _record(session, job, rows[update.index], update, {"source": "reconcile"})
+        decisions = await settle(session, await _reread(session, locked))
+    await carry_out(ctx, job_id, decisions)
     return seen
 
 
-async def apply_stored_rows(ctx: Context, job_id: str) -> None:
+async def settle_job(ctx: Context, job_id: str) -> None:
     """Decide on the job's rows as they stand. A learner that ended while the job was
     RECOVERING or QUEUED was recorded then but not acted on (the next attempt decides): a
     deploy that kept some learners running calls this once the others are created, so that
     end is acted on at once."""
     async with ctx.sessions.begin() as session:
-        found = await _current(session, job_id)
-        if found is None:
+        locked = await lock(session, job_id)
+        if locked is None:
             return
-        job, rows = found
-        decision = await _decide(session, job, [learner_view(row) for row in rows.values()])
-    await carry_out(ctx, job_id, decision)
+        decisions = await settle(session, locked)
+    await carry_out(ctx, job_id, decisions)
 
 
-async def apply_silence(ctx: Context, job_id: str, silent: Mapping[int, float]) -> None:
-    """Learners that stopped sending heartbeats failed: the restart policy takes it from there."""
+async def apply_silence(
+    ctx: Context, job_id: str, silent: Mapping[int, float], attempts: Mapping[int, int]
+) -> None:
+    """Learners that stopped sending heartbeats failed: the restart policy takes it from there.
+
+    `attempts`: the attempt each silent learner's row held when its silence was measured; a
+    row that moved on since (ended, or created again) is left alone."""
     async with ctx.sessions.begin() as session:
-        found = await _current(session, job_id)
-        if found is None:
+        locked = await lock(session, job_id)
+        if locked is None or locked.job.desired != Desired.RUN:
             return
-        job, rows = found
-        views = {index: learner_view(row) for index, row in rows.items()}
-        failures = {}
         for index, silence in sorted(silent.items()):
+            row = locked.rows.get(index)
+            if row is None or row.attempt != attempts.get(index):
+                continue
+            if LearnerState(row.state) not in BEATING:
+                continue
             reason = f"no heartbeat for {silence:.0f} s: the learner hung"
-            update = LearnerView(index, LearnerState.FAILED, None, reason)
-            if index in rows and await _record(
-                session, job, rows[index].attempt, update, {"source": "heartbeat"}
-            ):
-                views[index] = update
-                failures[index] = Failure(index, Cause.HEARTBEAT, f"learner {index}: {reason}")
-        decision = NO_CHANGE
-        if failures:
-            decision = await _decide(session, job, list(views.values()), failures)
-    await carry_out(ctx, job_id, decision)
+            update = LearnerView(
+                index, LearnerState.FAILED, None, reason, cause=Cause.HEARTBEAT.value
+            )
+            await _record(session, locked.job, row, update, {"source": "heartbeat"})
+        decisions = await settle(session, await _reread(session, locked))
+    await carry_out(ctx, job_id, decisions)

@@ -12,8 +12,10 @@ from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.restart_policy import RestartPolicy
+from storage import training_data
 from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
+from storage.training_data import training_data_store
 
 RUNNER = "dlaas-learner"
 DEFAULT_CHECKPOINT_INTERVAL = 30.0
@@ -46,11 +48,8 @@ def _section(manifest: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 def data_prefix(manifest: Mapping[str, Any], owner_id: int) -> str:
     """`data/{owner}/{container}/` of the job's training data, or "" without one."""
-    for store in manifest.get("data_stores") or []:
-        container = _section(store, "training_data").get("container")
-        if container:
-            return f"data/{owner_id}/{str(container).strip('/')}/"
-    return ""
+    store = training_data_store(manifest)
+    return "" if store is None else training_data.data_prefix(owner_id, store[1])
 
 
 def parameter_server_env(manifest: Mapping[str, Any]) -> dict[str, str]:

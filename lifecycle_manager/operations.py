@@ -25,8 +25,11 @@ from lifecycle_manager.capacity_wait import (
     waiting_for_capacity,
 )
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import ENDING, Desired, LearnerState
-from lifecycle_manager.learner_reports import apply_stored_rows
+from lifecycle_manager.job_progress import (
+    ENDING,
+    LearnerState,
+)
+from lifecycle_manager.learner_reports import settle_job
 from lifecycle_manager.learner_restarts import (
     deploy_reason,
     learners_to_create,
@@ -37,7 +40,7 @@ from lifecycle_manager.learner_specs import learner_specs
 from lifecycle_manager.restart_policy import RestartScope
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
+from storage.job_states import ACTIVE_STATES, FINAL_STATES, Desired, JobState
 from storage.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
     if waiting is not None:
         return waiting
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         if job is None:
             return Outcome("no such job")
         if job.deleted_at is not None or job.desired != Desired.RUN:
@@ -96,12 +99,12 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         return Outcome(f"waiting for capacity: {refusal}", retry_after=CAPACITY_RETRY_S)
     except BackendUnavailable as error:
         async with ctx.sessions.begin() as session:
-            job = await repo.get_job_any(session, job_id)
+            job = await repo.lock_job(session, job_id)
             if job is not None and job.state == JobState.DEPLOYING and job.attempt == attempt:
                 await repo.update_job(session, job_id, reason=f"waiting for the cluster: {error}")
         return Outcome(f"the cluster is unavailable: {error}", retry_after=1.0)
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         wanted = job is not None and job.desired == Desired.RUN and job.attempt == attempt
         if created:
             noun = "learner" if len(created) == 1 else "learners"
@@ -120,7 +123,7 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
     if kept_learners:
         # A learner left running may have ended while the job was RECOVERING or QUEUED,
         # when ends are recorded but not acted on: act on it now.
-        await apply_stored_rows(ctx, job_id)
+        await settle_job(ctx, job_id)
     return Outcome(f"attempt {attempt}: {len(created)} of {len(specs)} learners created")
 
 
@@ -214,7 +217,7 @@ async def _mark_stopping(session: AsyncSession, job: Job) -> None:
 
 async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
     """Every learner is gone: rows still STOPPING are STOPPED, the job HALTED."""
-    job = await repo.get_job_any(session, job_id)
+    job = await repo.lock_job(session, job_id)
     if job is None or job.state not in (JobState.QUEUED, *ACTIVE_STATES):
         return  # already HALTED (the monitor saw the last exit), or finished meanwhile
     for row in await repo.learners_of(session, job_id):
@@ -233,7 +236,7 @@ async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
 async def halt_job(ctx: Context, job_id: str) -> Outcome:
     """Stop a job's learners (each runner uploads its committed checkpoint), then HALTED."""
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         if job is None:
             return Outcome("no such job")
         if job.desired != Desired.HALT or job.state in FINAL_STATES:
@@ -257,7 +260,7 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
     A resume that overtakes its halt (learners still STOPPING) finishes the halt first.
     """
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         if job is None or job.deleted_at is not None or job.desired != Desired.RUN:
             return Outcome("nothing to resume")
         rows = await repo.learners_of(session, job_id)
@@ -270,7 +273,7 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
         async with ctx.sessions.begin() as session:
             await _finish_halt(session, job_id, "halted; resuming")
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         if job is not None and job.state == JobState.HALTED:
             await repo.transition(
                 session, job_id, JobState.QUEUED, "resumed by user", only_from=[JobState.HALTED]
@@ -279,18 +282,13 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
 
 
 async def delete_job(ctx: Context, job_id: str) -> Outcome:
-    """Stop the learners, then delete the job's objects and Redis keys (the row stays)."""
+    """DELETED (the API moved it there already, unless it was deleted otherwise), then stop
+    the learners and delete the job's objects and Redis keys; the row and its events stay."""
     async with ctx.sessions.begin() as session:
-        job = await repo.get_job_any(session, job_id)
+        job = await repo.lock_job(session, job_id)
         if job is None:
             return Outcome("no such job")
-        if job.desired != Desired.DELETE or job.deleted_at is None:
-            await repo.update_job(
-                session,
-                job_id,
-                desired=Desired.DELETE.value,
-                deleted_at=job.deleted_at or ctx.clock(),
-            )
+        await repo.mark_deleted(session, job_id, "deleted")
         if await _purged(session, job_id):
             return Outcome("already deleted")
     # The learners go first: a runner still running would upload into the deleted prefix.
@@ -299,6 +297,8 @@ async def delete_job(ctx: Context, job_id: str) -> Outcome:
     removed = await asyncio.to_thread(ctx.objects.delete_prefix, f"jobs/{job_id}/")
     keys = await streams.adelete_job_streams(ctx.redis, job_id)
     async with ctx.sessions.begin() as session:
+        if await repo.lock_job(session, job_id) is None or await _purged(session, job_id):
+            return Outcome("already deleted")
         await repo.add_event(
             session,
             job_id,

@@ -1,17 +1,25 @@
 """The periodic sweep: make the cluster match the database, whatever messages were lost.
 
+Level-triggered, like a Kubernetes controller: each pass recomputes the next step of every
+open job from its whole stored state and what the cluster shows, so a step lost with a
+message or a crashed process, or refused because the job moved meanwhile, is taken on the
+next pass.
+
 - learners of jobs that are gone, deleted, finished or halted, and learners of older
   attempts than their rows hold, are deleted (a row holds the attempt its learner was last
   created in: the job's attempt, or an older one for a learner that a restart of another
   learner, `restart_policy.scope: learner`, left running);
-- a running job's learner rows are brought in line with the cluster (missed exits are
-  applied, lost learners fail the job: "learners vanished");
+- every running job's learner rows are brought in line with the cluster (missed exits are
+  applied, lost learners fail the job: "learners vanished") and the job is settled on them:
+  a job whose learners have all ended reaches its final state here whatever happened to
+  the events before;
 - a QUEUED job that sat unchanged for a few seconds lost its nudge: it is deployed; a
   DEPLOYING job whose learners did not appear is deployed again (creation is idempotent);
-- halts, resumes and deletes that did not finish are finished.
+- halts, resumes and deletes that did not finish are finished, and a HALTED job the user
+  resumed is resumed even if the resume's nudge was lost.
 
 Safe to run twice, concurrently with the tasks and the monitor, or after a crash: every
-step is one of the idempotent operations or a conditional update.
+step is one of the idempotent operations, taken under the job's row lock.
 """
 
 from __future__ import annotations
@@ -24,15 +32,13 @@ from dataclasses import dataclass, field
 from lifecycle_manager import operations
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import Desired, LearnerState
-from lifecycle_manager.learner_reports import apply_cluster_view
+from lifecycle_manager.job_progress import LearnerState
+from lifecycle_manager.learner_reports import apply_cluster_view, settle_job
 from storage import jobs as repo
-from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState
+from storage.job_states import ACTIVE_STATES, STOPPED_STATES, Desired, JobState
 from storage.models import Job
 
 log = logging.getLogger(__name__)
-
-OPEN = ACTIVE_STATES | {JobState.QUEUED}
 
 
 @dataclass
@@ -62,7 +68,7 @@ class _JobFacts:
 
     @property
     def wants_learners(self) -> bool:
-        return not self.deleted and self.state not in FINAL_STATES | {JobState.HALTED}
+        return not self.deleted and self.state not in STOPPED_STATES
 
     def wants(self, learner: LearnerStatus) -> bool:
         """Whether a live learner of this job is the one its row stands for."""
@@ -106,7 +112,7 @@ async def _load(
     ctx: Context, cluster_jobs: set[str]
 ) -> tuple[list[_JobFacts], dict[str, _JobFacts], list[str]]:
     async with ctx.sessions() as session:
-        open_rows = await repo.jobs_in_states(session, list(OPEN))
+        open_rows = await repo.open_jobs(session)
         rows: dict[str, Job] = {job.id: job for job in open_rows}
         for job_id in cluster_jobs - set(rows):
             job = await repo.get_job_any(session, job_id)
@@ -114,7 +120,7 @@ async def _load(
                 rows[job_id] = job
         facts = {}
         for job in rows.values():
-            learners = await repo.learners_of(session, job.id) if job.state in OPEN else []
+            learners = await repo.learners_of(session, job.id) if job in open_rows else []
             halting = job.state in ACTIVE_STATES and any(
                 row.state in (LearnerState.STOPPING, LearnerState.STOPPED) for row in learners
             )
@@ -129,8 +135,7 @@ async def _load(
                 attempts={row.index: row.attempt for row in learners},
             )
         unpurged = [job.id for job in await operations.deleted_unpurged(session)]
-    open_jobs = [facts[job.id] for job in open_rows if job.deleted_at is None]
-    return open_jobs, facts, unpurged
+    return [facts[job.id] for job in open_rows], facts, unpurged
 
 
 async def _stop_unwanted(
@@ -161,18 +166,24 @@ async def _drive(
     cluster_known: bool,
     report: ReconcileReport,
 ) -> None:
+    lost_nudge = facts.age >= ctx.timings.requeue_after_s
     if facts.desired is Desired.HALT:
         outcome = await operations.halt_job(ctx, facts.id)
         if outcome.retry_after is None:
             report.finished.append(facts.id)
     elif facts.desired is not Desired.RUN:
         return
+    elif facts.state is JobState.HALTED:
+        if lost_nudge:  # resumed by the user; its resume task was lost
+            outcome = await operations.resume_job(ctx, facts.id)
+            if outcome.retry_after is None:
+                report.finished.append(facts.id)
     elif facts.state is JobState.QUEUED:
-        if facts.age >= ctx.timings.requeue_after_s:
+        if lost_nudge:
             await operations.deploy_job(ctx, facts.id)
             report.deployed.append(facts.id)
     elif facts.state is JobState.RECOVERING:
-        if facts.age >= ctx.timings.requeue_after_s:  # its restart task was lost
+        if lost_nudge:  # its restart task was lost
             outcome = await operations.recover_job(ctx, facts.id)
             if outcome.retry_after is None:
                 report.deployed.append(facts.id)
@@ -187,3 +198,5 @@ async def _drive(
         if seen.not_created:
             await operations.deploy_job(ctx, facts.id)
             report.deployed.append(facts.id)
+    else:
+        await settle_job(ctx, facts.id)

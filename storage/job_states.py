@@ -17,15 +17,21 @@
                                  | RECOVERING |  | RESCALING |
                                  +------------+  +-----------+
    any non-final state --(unrecoverable error / restarts exhausted)--> FAILED
+   any state but DELETED --(the user deletes the job)--> DELETED
 ```
 
 DEPLOYING goes back to QUEUED when gang admission refuses: the cluster cannot hold all of
 the job's learners at once, so none is created and the job waits, with the reason, until
 a later deploy finds room (a partial gang would hold resources it cannot use).
 
-COMPLETED and FAILED are final. The lifecycle manager applies a transition with a
-conditional update (`WHERE state IN predecessors(target)`), so two workers racing on
-the same job cannot both win.
+COMPLETED, FAILED and DELETED are final: nothing more happens to such a job by itself.
+A finished job may still be deleted, so COMPLETED and FAILED lead to DELETED; DELETED
+leads nowhere. HALTED is not final (the user may resume it), but nothing runs: a follower
+of the job's logs stops there too (`STOPPED_STATES`).
+
+The lifecycle manager applies a transition with a conditional update
+(`WHERE state IN predecessors(target)`), so two workers racing on the same job cannot
+both win; the loser reads the job again and decides anew.
 """
 
 from __future__ import annotations
@@ -44,11 +50,20 @@ class JobState(StrEnum):
     HALTED = "HALTED"
     RECOVERING = "RECOVERING"
     RESCALING = "RESCALING"
+    DELETED = "DELETED"
+
+
+class Desired(StrEnum):
+    """What the user asked of a job; the lifecycle manager drives the cluster towards it."""
+
+    RUN = "run"
+    HALT = "halt"
+    DELETE = "delete"
 
 
 S = JobState
 
-TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+_TABLE: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.DEPLOYING, S.HALTED, S.FAILED}),
     S.DEPLOYING: frozenset(
         {S.DOWNLOADING, S.RUNNING, S.STORING, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}
@@ -62,8 +77,15 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
 }
+# The user may delete a job at any time, whatever it is doing.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    **{state: targets | {S.DELETED} for state, targets in _TABLE.items()},
+    S.DELETED: frozenset(),
+}
 
-FINAL_STATES = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
+FINAL_STATES = frozenset({S.COMPLETED, S.FAILED, S.DELETED})
+# States in which the job does no more work unless the user asks: a follower of it ends there.
+STOPPED_STATES = FINAL_STATES | {S.HALTED}
 ACTIVE_STATES = frozenset(
     {S.DEPLOYING, S.DOWNLOADING, S.RUNNING, S.STORING, S.RECOVERING, S.RESCALING}
 )

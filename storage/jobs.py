@@ -12,10 +12,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.job_states import JobState, check_transition, predecessors
+from storage.job_states import (
+    ACTIVE_STATES,
+    Desired,
+    JobState,
+    check_transition,
+    predecessors,
+)
 from storage.models import Job, JobEvent, Learner, utcnow
 
 log = logging.getLogger(__name__)
@@ -59,17 +65,34 @@ async def create_job(
     return job
 
 
-async def get_job(session: AsyncSession, job_id: str, *, owner_id: int | None = None) -> Job | None:
-    """A job that is not deleted; with `owner_id`, only if that user owns it."""
-    query = select(Job).where(Job.id == job_id, Job.deleted_at.is_(None))
-    if owner_id is not None:
-        query = query.where(Job.owner_id == owner_id)
-    return (await session.execute(query)).scalar_one_or_none()
-
-
 async def get_job_any(session: AsyncSession, job_id: str) -> Job | None:
     """A job whether or not it was deleted (for the lifecycle manager)."""
     return await session.get(Job, job_id, populate_existing=True)
+
+
+async def lock_job(session: AsyncSession, job_id: str) -> Job | None:
+    """The job's row as it stands, locked until the transaction ends.
+
+    Every decision about a job starts here, so the processes that decide (monitor,
+    reconcile, workers, API) take turns per job and each decides on what the one before it
+    committed, never on a state read before another process changed it.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        # SQLite locks the whole database, and only for a write: a write that changes
+        # nothing takes the lock, which the transaction holds until it ends.
+        await session.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(state=Job.state)
+            .execution_options(synchronize_session=False)
+        )
+    query = (
+        select(Job)
+        .where(Job.id == job_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    )
+    return (await session.execute(query)).scalar_one_or_none()
 
 
 async def list_jobs(session: AsyncSession, *, owner_id: int, limit: int = 200) -> Sequence[Job]:
@@ -87,8 +110,15 @@ async def jobs_in_states(session: AsyncSession, states: Sequence[JobState]) -> S
     return (await session.execute(query)).scalars().all()
 
 
-async def deleted_jobs(session: AsyncSession) -> Sequence[Job]:
-    return (await session.execute(select(Job).where(Job.deleted_at.is_not(None)))).scalars().all()
+async def open_jobs(session: AsyncSession) -> Sequence[Job]:
+    """Jobs the lifecycle manager has work on: neither final nor halted as the user asked
+    (a HALTED job the user resumed is open: it is to be deployed again)."""
+    waiting = or_(
+        Job.state.in_([str(s) for s in (JobState.QUEUED, *ACTIVE_STATES)]),
+        and_(Job.state == JobState.HALTED.value, Job.desired == Desired.RUN.value),
+    )
+    query = select(Job).where(Job.deleted_at.is_(None), waiting).order_by(Job.created_at)
+    return (await session.execute(query)).scalars().all()
 
 
 async def add_event(
@@ -158,6 +188,17 @@ async def transition(
     return TransitionResult(True, current)
 
 
+async def mark_deleted(session: AsyncSession, job_id: str, reason: str) -> bool:
+    """The user deleted the job: it is DELETED at once, whatever it was doing, and the
+    lifecycle manager stops its learners and removes what it stored. Whether it moved."""
+    job = await lock_job(session, job_id)
+    if job is None or job.state == JobState.DELETED:
+        return False
+    changes = {"desired": Desired.DELETE.value, "deleted_at": job.deleted_at or utcnow()}
+    await update_job(session, job_id, **changes)
+    return (await transition(session, job_id, JobState.DELETED, reason)).changed
+
+
 async def update_job(session: AsyncSession, job_id: str, **changes: Any) -> None:
     await session.execute(
         update(Job)
@@ -173,7 +214,12 @@ async def list_events(session: AsyncSession, job_id: str) -> Sequence[JobEvent]:
 
 
 async def learners_of(session: AsyncSession, job_id: str) -> Sequence[Learner]:
-    query = select(Learner).where(Learner.job_id == job_id).order_by(Learner.index)
+    query = (
+        select(Learner)
+        .where(Learner.job_id == job_id)
+        .order_by(Learner.index)
+        .execution_options(populate_existing=True)
+    )
     return (await session.execute(query)).scalars().all()
 
 
@@ -202,6 +248,8 @@ async def reset_learners(
             learner.exit_code = None
             learner.signal = None
             learner.oom_killed = None
+            learner.cause = None
+            learner.last_line = ""
             learner.reason = ""
             learner.updated_at = utcnow()
     for stale in existing.values():
@@ -216,24 +264,32 @@ async def set_learner_state(
     attempt: int,
     state: str,
     *,
+    from_state: str | None = None,
     exit_code: int | None = None,
     reason: str = "",
     signal: str | None = None,
     oom_killed: bool | None = None,
+    cause: str | None = None,
+    last_line: str = "",
 ) -> bool:
-    """Record a learner's state if the report is about its current attempt."""
+    """Record a learner's state if the report is about its current attempt (and, with
+    `from_state`, if the row still says that): whether the row changed."""
+    query = update(Learner).where(
+        Learner.job_id == job_id, Learner.index == index, Learner.attempt == attempt
+    )
+    if from_state is not None:
+        query = query.where(Learner.state == from_state)
     result = await session.execute(
-        update(Learner)
-        .where(Learner.job_id == job_id, Learner.index == index, Learner.attempt == attempt)
-        .values(
+        query.values(
             state=state,
             exit_code=exit_code,
             signal=signal,
             oom_killed=oom_killed,
+            cause=cause,
+            last_line=last_line,
             reason=reason,
             updated_at=utcnow(),
-        )
-        .execution_options(synchronize_session=False)
+        ).execution_options(synchronize_session=False)
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
 

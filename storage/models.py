@@ -72,5 +72,9 @@ class Learner(Base):
     # how it exited, so a failure decided later from the row is classed as it was reported
     signal: Mapped[str | None] = mapped_column(String(16), default=None)
     oom_killed: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    # why a failed learner failed (`restart_policy.Cause`) and the program's last line, so
+    # that any process deciding later from the row decides as the one that saw the report
+    cause: Mapped[str | None] = mapped_column(String(16), default=None)
+    last_line: Mapped[str] = mapped_column(Text, default="", server_default="")
     reason: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

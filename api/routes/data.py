@@ -12,15 +12,12 @@ from fastapi import APIRouter, Request
 from api.deps import CurrentUser, StateDep
 from api.errors import Invalid
 from api.schemas import FileInfo, FileList
+from storage.training_data import data_prefix
 
 router = APIRouter(prefix="/v2/data", tags=["data"])
 
 _CONTAINER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _SEGMENT = re.compile(r"^[A-Za-z0-9._ +@=-]{1,255}$")
-
-
-def data_prefix(user_id: int, container: str) -> str:
-    return f"data/{user_id}/{container}/"
 
 
 def _check_container(container: str) -> None:

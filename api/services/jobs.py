@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import BinaryIO
+from collections.abc import Mapping, Sequence
+from typing import Any, BinaryIO
 
 from anyio import to_thread
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.archive import check_model_archive
 from api.auth import Principal
-from api.errors import Conflict, NotFound
+from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
 from api.state import ApiState
 from storage import jobs as repo
-from storage.job_states import FINAL_STATES, JobState
-from storage.models import Job, JobEvent, utcnow
+from storage.job_states import FINAL_STATES, Desired, JobState
+from storage.models import Job, JobEvent
 from storage.object_store import ObjectStore
+from storage.training_data import data_prefix, training_data_store
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ async def submit_job(
 ) -> Job:
     """Validate, store the archive, then record the job: a job row never points at nothing."""
     manifest = parse_manifest(manifest_text)
+    normalized = manifest.normalized()
+    await _check_training_data(state.objects, user.id, normalized)
     # Small archives are checked and stored inline: a thread hop costs more than the work.
     if archive_size <= 256 * 1024:
         _check_archive(archive, state)
@@ -59,7 +62,7 @@ async def submit_job(
                 owner_id=user.id,
                 name=manifest.name,
                 learners=manifest.learners,
-                manifest=manifest.normalized(),
+                manifest=normalized,
             )
     except BaseException:
         await to_thread.run_sync(state.objects.delete_prefix, f"jobs/{job_id}/")
@@ -68,11 +71,41 @@ async def submit_job(
     return job
 
 
+def _holds_objects(objects: ObjectStore, prefix: str) -> bool:
+    return next(iter(objects.list(prefix)), None) is not None
+
+
+async def _check_training_data(
+    objects: ObjectStore, owner_id: int, manifest: Mapping[str, Any]
+) -> None:
+    """Refuse a job whose training data is missing now rather than after every learner of
+    every restart failed on it."""
+    store = training_data_store(manifest)
+    if store is None:
+        return
+    index, container = store
+    if await to_thread.run_sync(_holds_objects, objects, data_prefix(owner_id, container)):
+        return
+    raise Invalid(
+        f"data container {container!r} does not exist or is empty: upload the training data "
+        f"first with `dlaas data upload {container} PATH` (`dlaas data list {container}` "
+        "shows what it holds)",
+        code="no_training_data",
+        field=f"data_stores[{index}].training_data.container",
+    )
+
+
 async def owned_job(session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await repo.get_job(session, job_id, owner_id=user.id)
-    if job is None:
+    job = await repo.get_job_any(session, job_id)
+    if job is None or job.owner_id != user.id:
         raise NotFound(
             f"no job {job_id!r} among your jobs; `dlaas list` shows them", field="job_id"
+        )
+    if job.deleted_at is not None:
+        raise NotFound(
+            f"job {job_id} was deleted; its logs, checkpoints and results are gone",
+            code="deleted",
+            field="job_id",
         )
     return job
 
@@ -86,26 +119,36 @@ async def job_events(session: AsyncSession, user: Principal, job_id: str) -> Seq
     return await repo.list_events(session, job_id)
 
 
+async def _locked_job(session: AsyncSession, user: Principal, job_id: str) -> Job:
+    """The user's job, its row locked: what is checked of it holds until the commit."""
+    await owned_job(session, user, job_id)
+    job = await repo.lock_job(session, job_id)
+    if job is None or job.deleted_at is not None:
+        raise NotFound(f"job {job_id!r} was just deleted", field="job_id")
+    return job
+
+
 async def halt_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await owned_job(session, user, job_id)
+    job = await _locked_job(session, user, job_id)
     if JobState(job.state) in FINAL_STATES:
         raise Conflict(f"job {job_id} is {job.state}; only a job that is not finished can halt")
-    if job.state != JobState.HALTED:
-        await repo.update_job(session, job_id, desired="halt")
+    if job.desired != Desired.HALT:
+        await repo.update_job(session, job_id, desired=Desired.HALT.value)
         await repo.add_event(session, job_id, "halt_requested", f"halt requested by {user.name}")
         await session.commit()
-        state.nudger.halt(job_id)
+        if job.state != JobState.HALTED:
+            state.nudger.halt(job_id)
     return job
 
 
 async def resume_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await owned_job(session, user, job_id)
-    if job.state != JobState.HALTED and job.desired != "halt":
+    job = await _locked_job(session, user, job_id)
+    if job.state != JobState.HALTED and job.desired != Desired.HALT:
         raise Conflict(
             f"job {job_id} is {job.state}, not HALTED; `dlaas halt {job_id}` first",
             code="not_halted",
         )
-    await repo.update_job(session, job_id, desired="run")
+    await repo.update_job(session, job_id, desired=Desired.RUN.value)
     await repo.add_event(session, job_id, "resume_requested", f"resume requested by {user.name}")
     await session.commit()
     state.nudger.resume(job_id)
@@ -113,8 +156,9 @@ async def resume_job(state: ApiState, session: AsyncSession, user: Principal, jo
 
 
 async def delete_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> None:
+    """The job is DELETED at once; the lifecycle manager stops its learners and removes
+    what it stored."""
     await owned_job(session, user, job_id)
-    await repo.update_job(session, job_id, desired="delete", deleted_at=utcnow())
-    await repo.add_event(session, job_id, "delete_requested", f"deleted by {user.name}")
+    await repo.mark_deleted(session, job_id, f"deleted by {user.name}")
     await session.commit()
     state.nudger.delete(job_id)

@@ -15,7 +15,7 @@ from api.schemas import MetricPoint
 from api.state import ApiState
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import FINAL_STATES, JobState
+from storage.job_states import STOPPED_STATES, JobState
 from storage.object_store import ObjectStore
 
 _LEARNER_FILE = re.compile(r"learner-(\d+)\.(log|jsonl)$")
@@ -82,11 +82,12 @@ def _events_of(
 async def follow_events(
     state: ApiState, job_id: str, after: str, learner: int | None
 ) -> AsyncIterator[bytes]:
-    """Server-Sent Events of the job's log lines until the job is final and drained."""
+    """Server-Sent Events of the job's log lines until the job stops (final, or HALTED)
+    and its lines are drained; the `end` event names the state it stopped in."""
     key = streams.logs_key(job_id)
     if after == "0-0" and not await state.redis.exists(key):
         job_state = await _job_state(state, job_id)
-        if job_state in FINAL_STATES:
+        if job_state in STOPPED_STATES:
             stored = await to_thread.run_sync(_stored_lines, state.objects, job_id, learner)
             for index, line in stored:
                 yield _sse({"learner": index, "line": line, "time": None})
@@ -107,13 +108,13 @@ async def follow_events(
             continue
         last_state_check = now
         job_state = await _job_state(state, job_id)
-        if job_state is None or job_state in FINAL_STATES:
+        if job_state is None or job_state in STOPPED_STATES:
             # Lines written just before the final state are in the stream already: drain them.
             tail = await streams.aread_logs(state.redis, job_id, after, count=1_000_000)
             after, events = _events_of(tail, after, learner)
             if events:
                 yield b"".join(events)
-            yield _sse({"state": str(job_state) if job_state else "DELETED"}, event="end")
+            yield _sse({"state": str(job_state or JobState.DELETED)}, event="end")
             return
 
 

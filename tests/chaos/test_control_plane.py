@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from tests.chaos.jobs import (
     submit_stepper,
     training,
 )
-from tests.e2e.conftest import DLAAS, Platform
+from tests.e2e.conftest import Platform
 
 pytestmark = pytest.mark.chaos
 
@@ -91,13 +90,7 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     steps = 200
     job = submit_stepper(platform, tmp_path, name="api-crash", steps=steps)
     platform.wait_for(job, "RUNNING", training(1), 60)
-    follower = subprocess.Popen(
-        [DLAAS, "logs", job, "--follow"],
-        env=platform.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follower = platform.follow(job)
     time.sleep(0.5)
     platform.stop_service("api", kill=True)
     refused = platform.dlaas("list", check=False)

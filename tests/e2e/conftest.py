@@ -49,6 +49,16 @@ class Platform:
             )
         return result
 
+    def follow(self, job_id: str) -> subprocess.Popen[str]:
+        """`dlaas logs JOB --follow` running in the background, its output piped."""
+        return subprocess.Popen(
+            [DLAAS, "logs", job_id, "--follow"],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def json(self, *args: str, timeout: float = 180) -> object:
         return json.loads(self.dlaas(*args, "--output", "json", timeout=timeout).stdout)
 

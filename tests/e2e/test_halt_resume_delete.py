@@ -58,10 +58,20 @@ def test_delete_stops_the_learners_and_hides_the_job(platform: Platform, tmp_pat
     job_id = platform.dlaas("train", str(_slow_manifest(tmp_path)), str(EXAMPLE / "model"))
     job = job_id.stdout.strip()
     platform.wait_for(job, "RUNNING", lambda s: s["job"]["state"] == "RUNNING", 120)
-    platform.dlaas("delete", job)
+    # Followed in one shell, deleted from another: the follow ends at once, saying so.
+    follow = platform.follow(job)
+    try:
+        assert follow.stdout is not None
+        assert follow.stdout.readline(), "the follow printed nothing"  # it is following now
+        platform.dlaas("delete", job)
+        out, err = follow.communicate(timeout=60)
+    finally:
+        follow.kill()
+    assert follow.returncode == 1, out[-2000:] + err
+    assert f"job {job} was deleted" in err
     missing = platform.dlaas("show", job, check=False)
     assert missing.returncode == 1
-    assert "no job" in missing.stderr
+    assert "was deleted" in missing.stderr
     objects = platform.home / "objects" / "jobs" / job
     deadline = time.monotonic() + 60
     while objects.exists() and time.monotonic() < deadline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import zipfile
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from api.services.logs import follow_events
 from storage import jobs as repo
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
@@ -291,15 +293,15 @@ async def test_halt_resume_delete_record_intent(api: Harness) -> None:
         assert (await alice.post(f"/v2/jobs/{job_id}/halt")).status_code == 202
         assert (await alice.delete(f"/v2/jobs/{job_id}")).status_code == 202
         assert (await alice.get(f"/v2/jobs/{job_id}")).status_code == 404
-        kinds = []
         engine = make_engine(api.settings.database_url)
         async with make_sessionmaker(engine)() as session:
-            kinds = [e.kind for e in await repo.list_events(session, job_id)]
+            events = [(e.kind, e.to_state) for e in await repo.list_events(session, job_id)]
             job = await repo.get_job_any(session, job_id)
         await engine.dispose()
-        assert kinds == ["submitted", "halt_requested", "delete_requested"]
+        assert events == [("submitted", "QUEUED"), ("halt_requested", None), ("state", "DELETED")]
         assert job is not None
-        assert job.desired == "delete"
+        assert (job.state, job.desired) == ("DELETED", "delete")
+        assert job.deleted_at is not None
 
 
 async def test_health_prometheus_and_openapi(api: Harness) -> None:
@@ -313,3 +315,78 @@ async def test_health_prometheus_and_openapi(api: Harness) -> None:
         unknown = await anonymous.get("/v2/nothing-here")
         assert unknown.status_code == 404
         assert unknown.json()["error"] == "not_found"
+
+
+async def test_a_job_whose_training_data_is_missing_or_empty_is_refused_naming_the_upload(
+    api: Harness,
+) -> None:
+    manifest = MANIFEST + (
+        b"data_stores:\n"
+        b"  - id: store\n"
+        b"    training_data: {container: digits-data}\n"
+        b"    training_results: {container: out}\n"
+    )
+    async with await api.new_user("alice") as alice:
+        refused = await submit(alice, manifest)
+        assert refused.status_code == 422, refused.text
+        body = refused.json()
+        assert body["field"] == "data_stores[0].training_data.container"
+        assert "`dlaas data upload digits-data PATH`" in body["detail"]
+        assert (await alice.get("/v2/jobs")).json() == {"jobs": []}
+        assert list(api.app.state.dlaas.objects.list("jobs/")) == []
+
+        uploaded = await alice.put("/v2/data/digits-data/digits.npz", content=b"\x93NUMPY")
+        assert uploaded.status_code == 201, uploaded.text
+        accepted = await submit(alice, manifest)
+        assert accepted.status_code == 201, accepted.text
+
+
+async def test_training_data_is_looked_up_among_the_submitters_own_containers(
+    api: Harness,
+) -> None:
+    manifest = MANIFEST + b"data_stores:\n  - id: s\n    training_data: {container: shared}\n"
+    async with await api.new_user("alice") as alice, await api.new_user("bob") as bob:
+        assert (await alice.put("/v2/data/shared/x.bin", content=b"x")).status_code == 201
+        assert (await submit(alice, manifest)).status_code == 201
+        refused = await submit(bob, manifest)
+        assert refused.status_code == 422
+        assert refused.json()["field"] == "data_stores[0].training_data.container"
+
+
+async def _next_sse(events: AsyncIterator[bytes]) -> list[dict[str, object]]:
+    chunk = await asyncio.wait_for(anext(events), timeout=30)
+    blocks = [block for block in chunk.decode().split("\n\n") if block.strip()]
+    return [json.loads(block.split("data: ", 1)[1]) for block in blocks]
+
+
+async def test_a_follow_ends_when_its_job_is_halted_or_deleted_from_elsewhere(
+    api: Harness, redis_url: str
+) -> None:
+    """`dlaas logs --follow` in one shell, `dlaas halt` or `dlaas delete` in another."""
+    state = api.app.state.dlaas
+    redis = Redis.from_url(redis_url)
+    async with await api.new_user("alice") as alice:
+        halted, deleted = [(await submit(alice)).json()["id"] for _ in range(2)]
+        try:
+            for job_id in (halted, deleted):
+                await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING)
+                line = streams.LogLine(1, f"training {job_id}", 1.0)
+                await redis.xadd(streams.logs_key(job_id), streams.encode_log_line(line))
+            following = {
+                job_id: follow_events(state, job_id, "0-0", None) for job_id in (halted, deleted)
+            }
+            for job_id, events in following.items():
+                assert (await _next_sse(events))[0]["line"] == f"training {job_id}"
+
+            await _move_job(api, halted, JobState.HALTED)
+            assert (await alice.delete(f"/v2/jobs/{deleted}")).status_code == 202
+
+            assert await _next_sse(following[halted]) == [{"state": "HALTED"}]
+            assert await _next_sse(following[deleted]) == [{"state": "DELETED"}]
+            again = await alice.get(f"/v2/jobs/{deleted}/logs", params={"follow": "true"})
+            assert again.status_code == 404
+            assert again.json()["error"] == "deleted"
+            assert "was deleted" in again.json()["detail"]
+        finally:
+            await redis.delete(streams.logs_key(halted), streams.logs_key(deleted))
+            await redis.aclose()

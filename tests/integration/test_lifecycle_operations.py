@@ -337,6 +337,51 @@ async def test_reconcile_applies_missed_exits_and_recovers_jobs_whose_learners_v
     )
 
 
+async def test_a_job_whose_learners_all_ended_is_finished_by_the_next_reconcile(
+    ctx: Context, agent: Agent
+) -> None:
+    """The state a lost or refused step leaves behind: every learner row says it ended, the
+    job still says RUNNING, and no event about it will come again."""
+    done = await make_job(ctx, "true", learners=2)
+    interrupted = await make_job(ctx, "true", restart_policy={"max_restarts": 0})
+    await operations.deploy_job(ctx, done)
+    await operations.deploy_job(ctx, interrupted)
+    for job_id in (done, interrupted):
+        await eventually(lambda job_id=job_id: _all_phases(agent, job_id, "Succeeded"))
+    async with ctx.sessions.begin() as session:
+        await repo.transition(session, done, JobState.RUNNING, "training on 2 learners")
+        for index in (1, 2):
+            await repo.set_learner_state(
+                session, done, index, 1, "SUCCEEDED", exit_code=0, reason="exit code 0"
+            )
+        await repo.transition(session, interrupted, JobState.RUNNING, "training")
+        await repo.set_learner_state(
+            session,
+            interrupted,
+            1,
+            1,
+            "FAILED",
+            exit_code=143,
+            reason="interrupted while it should run: exit code 143",
+            cause="interrupted",
+        )
+
+    await reconcile(ctx)
+    job = await load(ctx, done)
+    assert (job.state, job.reason) == (JobState.COMPLETED, "training finished: 2 learners exited 0")
+    job = await load(ctx, interrupted)
+    assert job.state in (JobState.RECOVERING, JobState.DEPLOYING)
+    assert job.restarts == 0  # an interruption is no restart, as its row says
+    async with ctx.sessions() as session:
+        [restart] = await repo.events_of_kind(session, interrupted, "restart")
+    assert restart.detail["failure"]["cause"] == "interrupted"
+
+
+async def _all_phases(agent: Agent, job_id: str, phase: str) -> bool:
+    phases = [item["phase"] for item in agent.learners(job_id)]
+    return bool(phases) and set(phases) == {phase}
+
+
 async def _phase_is(agent: Agent, job_id: str, phase: str) -> bool:
     return [item["phase"] for item in agent.learners(job_id)] == [phase]
 

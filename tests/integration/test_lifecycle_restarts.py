@@ -136,6 +136,7 @@ async def test_a_learner_stopped_while_the_job_should_run_resumes_without_a_rest
     async with ctx.sessions() as session:
         [restart] = await repo.events_of_kind(session, job_id, "restart")
     assert "an interruption uses no restart" in restart.reason
+    assert (await load(ctx, job_id)).restarts == 0
 
 
 async def test_a_monitor_told_to_stop_first_handles_what_its_learners_reported(

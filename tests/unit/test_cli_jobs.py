@@ -251,6 +251,15 @@ def test_unknown_job_is_a_one_line_404(stub: StubServer) -> None:
     assert result.stderr.strip() == "error: no job training-nope: see your jobs with `dlaas list`"
 
 
+def test_a_deleted_job_is_said_to_be_deleted(stub: StubServer) -> None:
+    detail = "job training-gone was deleted; its logs, checkpoints and results are gone"
+    stub.stub.fail_with = (404, {"error": "deleted", "detail": detail, "field": "job_id"})
+    for command in (["show", "training-gone"], ["wait", "training-gone"]):
+        result = invoke(stub, *command)
+        assert result.exit_code == 1
+        assert result.stderr.strip() == f"error: {detail}"
+
+
 def test_server_bug_is_reported_as_such(stub: StubServer) -> None:
     stub.stub.fail_with = (500, {"error": "internal", "detail": "dlaas hit an internal error"})
     result = invoke(stub, "list")

@@ -179,3 +179,19 @@ def test_logs_follow_says_when_it_reconnects(stub: StubServer) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout == "before\nafter\n"
     assert "log stream interrupted" in result.stderr and "reconnecting" in result.stderr
+
+
+def test_a_follow_ends_saying_the_job_was_halted_or_deleted(stub: StubServer) -> None:
+    job_id = "training-gone"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [([line(1, 1, "step 1"), end("DELETED")], False)]
+    result = invoke(stub, "logs", job_id, "--follow")
+    assert result.exit_code == 1
+    assert result.stdout == "step 1\n"
+    assert f"job {job_id} was deleted" in result.stderr
+
+    stub.stub.sse_sessions[job_id] = [([line(2, 1, "step 2"), end("HALTED")], False)]
+    result = invoke(stub, "logs", job_id, "--follow")
+    assert result.exit_code == 1
+    assert f"job {job_id} HALTED" in result.stderr
+    assert f"`dlaas resume {job_id}`" in result.stderr

@@ -11,8 +11,14 @@ from storage.job_states import (
 )
 
 
-def test_final_states_are_completed_and_failed() -> None:
-    assert {JobState.COMPLETED, JobState.FAILED} == FINAL_STATES
+def test_final_states_are_completed_failed_and_deleted() -> None:
+    assert {JobState.COMPLETED, JobState.FAILED, JobState.DELETED} == FINAL_STATES
+
+
+def test_every_state_but_deleted_can_be_deleted_and_deleted_leads_nowhere() -> None:
+    for state in JobState:
+        assert can_transition(state, JobState.DELETED) == (state is not JobState.DELETED)
+    assert not TRANSITIONS[JobState.DELETED]
 
 
 def test_every_state_has_a_row() -> None:
@@ -59,9 +65,9 @@ def test_predecessors_invert_the_table() -> None:
             assert (current in predecessors(target)) == can_transition(current, target)
 
 
-def test_every_non_final_state_can_fail_and_no_final_state_can_leave() -> None:
+def test_every_non_final_state_can_fail_and_a_final_state_can_only_be_deleted() -> None:
     for state in JobState:
         if state in FINAL_STATES:
-            assert not TRANSITIONS[state]
+            assert TRANSITIONS[state] <= {JobState.DELETED}
         else:
             assert can_transition(state, JobState.FAILED)
