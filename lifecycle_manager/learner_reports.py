@@ -347,11 +347,13 @@ async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None
             )
         if update is None:
             return
-        detail = {
+        detail: dict[str, object] = {
             "exit_code": update.exit_code,
             "signal": fields.get("signal") or None,
             "source": fields.get("source", ""),
         }
+        if event.kind == streams.EXIT and event.time:
+            detail["exited_at"] = event.time  # when it ended, not when this was recorded
         if not await _record(session, job, row, update, detail):
             return
         decisions = await settle(session, await _reread(session, locked))

@@ -172,7 +172,12 @@ async def test_learners_exiting_zero_complete_the_job(ctx: Context, agent: Agent
 
     await eventually(_logs_expire, what="the finished job's log stream set to expire")
     assert await learner_states(ctx, job_id) == {1: (1, "SUCCEEDED"), 2: (1, "SUCCEEDED")}
-    assert (await event_kinds(ctx, job_id)).count("learner_exit") == 2
+    async with ctx.sessions() as session:
+        exits = await repo.events_of_kind(session, job_id, "learner_exit")
+    assert len(exits) == 2
+    # Each exit carries when the learner ended, as the node agent saw it.
+    for exit_event in exits:
+        assert time.time() - 60 < exit_event.detail["exited_at"] <= time.time()
     await eventually(lambda: _no_learners(agent, job_id), what="the finished learners removed")
 
 
