@@ -389,8 +389,17 @@ async def apply_cluster_view(
         if locked is None:
             return Observation()
         job, rows = locked.job, locked.rows
+        now = ctx.clock().timestamp()
         cluster = [
-            ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
+            ClusterLearner(
+                s.learner,
+                s.finished,
+                s.exit_code,
+                s.signal,
+                s.reason,
+                s.oom_killed,
+                None if s.finished_at is None else now - s.finished_at,
+            )
             for s in statuses
             if s.learner in rows and s.attempt == rows[s.learner].attempt
         ]
@@ -400,6 +409,7 @@ async def apply_cluster_view(
             age=ctx.age(job.updated_at),
             grace=ctx.timings.deploy_grace_s,
             redeploy_after=ctx.timings.redeploy_after_s,
+            report_grace=ctx.timings.report_grace_s,
         )
         updates = [
             _after_exit(

@@ -97,8 +97,9 @@ class Monitor:
         except Exception:  # a bad job must not stop the monitor; the next check retries
             log.exception("monitor: heartbeat check failed")
 
-    async def step(self, block_ms: int = BLOCK_MS) -> int:
-        """Read and handle one batch; returns how many events it handled."""
+    async def step(self, block_ms: int | None = BLOCK_MS) -> int:
+        """Read and handle one batch; returns how many events it handled. `block_ms`: how
+        long to wait for events when there are none (None: not at all)."""
         pending = self._backlog
         entries = await streams.aread_learner_events(
             self.ctx.redis, CONSUMER_GROUP, self.consumer, block_ms, BATCH, pending=pending

@@ -64,6 +64,7 @@ class LearnerStatus:
     reason: str = ""
     stopping: bool = False  # being deleted
     oom_killed: bool | None = None  # the cluster says it was killed for memory (None: unknown)
+    finished_at: float | None = None  # unix time it ended, where the cluster says
 
     @property
     def finished(self) -> bool:

@@ -86,6 +86,7 @@ class LocalBackend:
                 signal=item["signal"],
                 reason=item["reason"],
                 stopping=item["deleting"],
+                finished_at=item.get("finished_at"),
             )
             for item in response.json()["learners"]
         ]

@@ -104,7 +104,7 @@ def test_a_halt_completes_when_every_learner_is_finished() -> None:
     halting = job(JobState.RUNNING, L.STOPPED, L.STOPPING, desired=Desired.HALT)
     assert decide(halting) == NO_CHANGE
     halted = job(JobState.RUNNING, L.STOPPED, L.SUCCEEDED, desired=Desired.HALT)
-    assert decide(halted) == Decision(JobState.HALTED, "halted by user")
+    assert decide(halted) == Decision(JobState.HALTED, "halted by user", (Action.STOP_LEARNERS,))
 
 
 def test_a_deleted_job_is_left_to_the_delete() -> None:
@@ -177,6 +177,17 @@ def test_the_cluster_view_finds_missed_exits_and_lost_learners() -> None:
     assert seen.exits == (cluster[0],)
     assert seen.vanished == (2,)
     assert seen.not_created == ()
+
+
+def test_an_end_the_cluster_shows_waits_for_the_learners_own_reports() -> None:
+    running = job(JobState.RUNNING, L.RUNNING, L.RUNNING, L.RUNNING)
+    cluster = [
+        ClusterLearner(1, finished=True, exit_code=143, ended_ago=0.5),  # reports on their way
+        ClusterLearner(2, finished=True, exit_code=143, ended_ago=4.0),  # they were lost
+        ClusterLearner(3, finished=True, exit_code=0),  # the cluster does not say when
+    ]
+    seen = observe_cluster(running, cluster, age=100, grace=15, report_grace=3)
+    assert [learner.index for learner in seen.exits] == [2, 3]
 
 
 def test_every_learner_lost_is_seen_vanished() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal as signals
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerPhase, LearnerStatus
@@ -55,6 +56,7 @@ class PodReading:
     # Once it finished: whether the learner container's reason was OOMKilled (None: the
     # container's end is not known, e.g. the pod failed before it ran).
     oom_killed: bool | None = None
+    finished_at: float | None = None  # unix time the learner container ended, if known
     notices: tuple[Notice, ...] = ()
     pull_failure: Notice | None = None  # the image cannot be pulled (yet)
     config_failure: Notice | None = None  # the container cannot be made
@@ -163,6 +165,16 @@ def _image(pod: Mapping[str, Any]) -> str:
     return "?"
 
 
+def _unix_time(timestamp: object) -> float | None:
+    """An RFC 3339 time from the API (`2026-11-25T10:00:03Z`) as unix time, if it is one."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return None
+
+
 def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
     """The learner's view of a pod, or None if the pod is not a dlaas learner."""
     who = identity(pod)
@@ -181,12 +193,14 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
     started = "running" in state or "terminated" in state
     exit_code: int | None = None
     oom_killed: bool | None = None
+    finished_at: float | None = None
     reason = ""
     if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
         if terminated:
             exit_code = terminated.get("exitCode")
             oom_killed = terminated.get("reason") == "OOMKilled"
             reason = _terminated_reason(pod, terminated)
+            finished_at = _unix_time(terminated.get("finishedAt"))
         pod_reason = _pod_reason(status)
         if pod_reason and not (terminated and terminated.get("reason") == "OOMKilled"):
             reason = pod_reason if not terminated else f"{reason}; {pod_reason}"
@@ -221,6 +235,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         exit_code=exit_code,
         reason=reason,
         oom_killed=oom_killed,
+        finished_at=finished_at,
         notices=tuple(notices),
         pull_failure=pull_failure,
         config_failure=config_failure,
@@ -242,4 +257,5 @@ def learner_status(pod: Mapping[str, Any]) -> LearnerStatus | None:
         reason=reading.reason,
         stopping=reading.deleting,
         oom_killed=reading.oom_killed,
+        finished_at=reading.finished_at,
     )
