@@ -1,9 +1,11 @@
-"""How a learner's command ended, as an exit code, a signal name and a reason for the user."""
+"""How a learner's command ended, as an exit code, a signal name and a reason for the user
+(a `storage.exit_reports.ExitReport`, which the runner sends and leaves behind)."""
 
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+
+from storage.exit_reports import ExitReport
 
 
 def signal_name(number: int) -> str:
@@ -11,13 +13,6 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-@dataclass(frozen=True)
-class ExitReport:
-    exit_code: int
-    signal: str
-    reason: str
 
 
 def describe_exit(
@@ -32,18 +27,18 @@ def describe_exit(
         elif returncode >= 0:
             how += f" (the command then exited with code {returncode})"
         sig = -returncode if returncode < 0 else stop_signal
-        return ExitReport(128 + sig, signal_name(sig), how)
+        return ExitReport(128 + sig, signal_name(sig), how, stopped=True)
     if returncode == 0:
-        return ExitReport(0, "", "the command exited with code 0")
+        return ExitReport(0, None, "the command exited with code 0", stopped=False)
     if returncode < 0:
         name = signal_name(-returncode)
         reason = f"the command was killed by {name}"
         if -returncode == signal.SIGKILL:
             reason += " (possibly out of memory)"
-        return ExitReport(128 - returncode, name, reason)
+        return ExitReport(128 - returncode, name, reason, stopped=False)
     if returncode > 128 and returncode - 128 < signal.NSIG:
         name = signal_name(returncode - 128)
         reason = f"the command exited with code {returncode} (killed by {name}"
         reason += ", possibly out of memory)" if returncode == 137 else ")"
-        return ExitReport(returncode, name, reason)
-    return ExitReport(returncode, "", f"the command exited with code {returncode}")
+        return ExitReport(returncode, name, reason, stopped=False)
+    return ExitReport(returncode, None, f"the command exited with code {returncode}", stopped=False)

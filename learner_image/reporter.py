@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from storage import streams
+from storage.exit_reports import ExitReport
 
 if TYPE_CHECKING:
     from learner_image.log_tee import LogLine, TimedMetric
@@ -51,28 +52,24 @@ class Reporter:
         event = streams.checkpoint_event(self.job_id, self.learner, self.attempt, name)
         self.publish(dataclasses.replace(event, fields={**event.fields, "restored": "1"}))
 
-    def exit(
-        self,
-        exit_code: int,
-        signal: str,
-        reason: str,
-        source: str,
-        last_line: str = "",
-        *,
-        stopped: bool = False,
-    ) -> None:
-        """`source` is `command` (the user's command ended) or `runner` (the runner failed);
-        `last_line` is the command's last output line, which tells repeated errors apart;
-        `stopped`: the runner was told to stop (SIGTERM/SIGINT), so the command did not end
-        by itself."""
+    def exit(self, report: ExitReport) -> None:
+        """The learner's end: `report.source` is `command` (the user's command ended) or
+        `runner` (the runner failed); `last_line`, the command's last output line, tells
+        repeated errors apart; `stopped`: the runner was told to stop (SIGTERM/SIGINT), so
+        the command did not end by itself."""
         event = streams.exit_event(
-            self.job_id, self.learner, self.attempt, exit_code, signal, reason
+            self.job_id,
+            self.learner,
+            self.attempt,
+            report.exit_code,
+            report.signal,
+            report.reason,
         )
         fields = {
             **event.fields,
-            "source": source,
-            "last_line": last_line[:500],
-            "stopped": "1" if stopped else "0",
+            "source": report.source,
+            "last_line": report.last_line[:500],
+            "stopped": "1" if report.stopped else "0",
         }
         self.publish(dataclasses.replace(event, fields=fields))
 

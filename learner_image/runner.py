@@ -61,7 +61,7 @@ stopped learner is never mistaken for a finished one.
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import os
 import signal
 import sys
@@ -73,6 +73,8 @@ from learner_image.background import Background, Periodic
 from learner_image.exit_report import describe_exit, signal_name
 from learner_image.runner_config import RunnerConfig, RunnerFailure, child_env, parse_config
 from learner_image.sdk.timer import UPLOAD_POLL_S
+from storage import exit_reports
+from storage.exit_reports import ExitReport
 
 if TYPE_CHECKING:
     import subprocess
@@ -368,15 +370,9 @@ class Runner:
         if report.exit_code != 0:
             shipper.line(f"[dlaas] {report.reason}")
         self._finish_logs()
-        self._notify(
-            "the exit",
-            functools.partial(reporter.exit, stopped=self.stop_signal is not None),
-            report.exit_code,
-            report.signal,
-            report.reason,
-            "command",
-            last_line[0],
-        )
+        ending = dataclasses.replace(report, last_line=last_line[0])
+        exit_reports.leave(ending, self.environ)
+        self._notify("the exit", reporter.exit, ending)
         return report.exit_code
 
     def _notify(self, what: str, publish: Callable[..., None], *args: object) -> None:
@@ -425,7 +421,9 @@ class Runner:
             self.shipper.line(f"[dlaas] {reason}")
         self._finish_logs()
         code = 128 + self.stop_signal
-        self.reporter.exit(code, name, reason, source="command", stopped=True)
+        ending = ExitReport(code, name, reason, stopped=True)
+        exit_reports.leave(ending, self.environ)
+        self.reporter.exit(ending)
         return code
 
     def _fail(self, reason: str) -> int:
@@ -435,9 +433,11 @@ class Runner:
         if self.shipper is not None:
             self.shipper.line(f"[dlaas] {reason}")
         self._finish_logs()
+        ending = ExitReport(EXIT_RUNNER_FAILURE, None, reason, stopped=False, source="runner")
+        exit_reports.leave(ending, self.environ)
         if self.reporter is not None:
             try:
-                self.reporter.exit(EXIT_RUNNER_FAILURE, "", reason, source="runner")
+                self.reporter.exit(ending)
             except Exception as exc:
                 print(f"dlaas-learner: could not report the exit: {exc}", file=sys.stderr)
         return EXIT_RUNNER_FAILURE

@@ -4,7 +4,8 @@ Each learner is the runner started in a session of its own, in its own working d
 whatever it starts stays in that session, so a learner that ends takes all of it along.
 A thread per learner waits for it and reports its exit at once through `on_exit`. The
 table is kept on disk, so an agent started again re-adopts the processes that are still
-alive (the same pid with the same start time) and marks the others failed.
+alive (the same pid with the same start time) and marks the others ended as their runner's
+exit report says (`storage.exit_reports`), or failed when they left none.
 
 ```
  PUT --> Running --(exit 0)--> Succeeded
@@ -38,6 +39,8 @@ from typing import Any
 from learner_image.ps import sidecar
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.job_progress import describe_exit
+from storage import exit_reports
+from storage.exit_reports import ExitReport
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ WORK_SUBDIRS = {
     "CHECKPOINT_DIR": "checkpoints",
 }
 RUNNER_LOG = "runner.log"
+EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
 PS_LOG = "ps.log"
 # Variables of the agent's own environment a learner inherits; everything else it gets
 # from its spec, as a pod gets only what its manifest says.
@@ -80,6 +84,9 @@ class LearnerRecord:
     reason: str = ""
     deleting: bool = False
     reported: bool = False  # whether the exit reached the event stream
+    # From the runner's exit report: it was told to stop; the program's last line.
+    stopped: bool = False
+    last_line: str = ""
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -191,6 +198,8 @@ class LearnerTable:
                 if alive:
                     log.info("re-adopting %s (pid %s)", record.name, record.pid)
                     self._watch_adopted(record)
+                elif (report := self._exit_report(record)) is not None:
+                    self._finish(record, report.exit_code, report.signal, report.reason)
                 else:
                     self._finish(
                         record, None, None, "vanished while the node agent was down", lost=True
@@ -313,6 +322,7 @@ class LearnerTable:
             env[name] = str(Path(record.workdir) / sub)
         env["MASTER_ADDR"] = "127.0.0.1"
         env["MASTER_PORT"] = str(record.master_port)
+        env[exit_reports.EXIT_REPORT_ENV] = str(Path(record.workdir) / EXIT_REPORT)
         if sidecar.wanted(spec.env):
             peers = self.root / "jobs" / record.job / f"ps-peers-a{record.attempt}"
             env.update(sidecar.local_placement(record.job, record.learner, record.attempt, peers))
@@ -364,7 +374,13 @@ class LearnerTable:
                     os.close(pidfd)
             while process_start_ticks(pid) == record.start_ticks:
                 time.sleep(0.1)
-            self._after_exit(record, None, None, "exit status unknown (the agent re-adopted it)")
+            report = self._exit_report(record)
+            if report is None:
+                self._after_exit(
+                    record, None, None, "exit status unknown (the agent re-adopted it)"
+                )
+            else:
+                self._after_exit(record, report.exit_code, report.signal, report.reason)
 
         assert record.pid is not None
         threading.Thread(
@@ -393,6 +409,9 @@ class LearnerTable:
         *,
         lost: bool = False,
     ) -> None:
+        report = self._exit_report(record)
+        if report is not None:
+            record.stopped, record.last_line = report.stopped, report.last_line
         record.exit_code = code
         record.signal = signame
         if reason:
@@ -406,6 +425,10 @@ class LearnerTable:
         record.finished_at = time.time()
         record.reported = self._report(record)
         self._changed.notify_all()
+
+    def _exit_report(self, record: LearnerRecord) -> ExitReport | None:
+        """What the learner's runner said of its end, if it could say it."""
+        return exit_reports.read(Path(record.workdir) / EXIT_REPORT)
 
     def _report(self, record: LearnerRecord) -> bool:
         try:

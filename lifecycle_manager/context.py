@@ -26,8 +26,6 @@ class Timings:
     requeue_after_s: float = 5.0  # a QUEUED job unchanged this long lost its nudge
     deploy_grace_s: float = 15.0  # a learner not seen this long after a change is lost
     redeploy_after_s: float = 5.0  # a DEPLOYING job missing learners this long is deployed again
-    # An end the reconcile sees itself waits this long for the learner's own reports.
-    report_grace_s: float = 3.0
 
 
 @dataclass

@@ -225,7 +225,6 @@ class ClusterLearner:
     signal: str | None = None
     reason: str = ""
     oom_killed: bool | None = None
-    ended_ago: float | None = None  # seconds since it ended, where the cluster says
 
 
 @dataclass(frozen=True)
@@ -244,14 +243,8 @@ def observe_cluster(
     age: float,
     grace: float,
     redeploy_after: float | None = None,
-    report_grace: float = 0.0,
 ) -> Observation:
     """Compare a running job's learner rows with the cluster.
-
-    A learner the cluster shows ended is taken as ended only `report_grace` seconds after
-    its end (where the cluster says when): its own reports, on their way meanwhile, say more
-    than the cluster can (that its runner was told to stop, the program's last line), and
-    the one that arrives first decides how the end is classed.
 
     A learner that never reported is given `grace` seconds from the job's last change (`age`)
     to appear, since it may be being created right now; after that a later job has lost it.
@@ -272,7 +265,7 @@ def observe_cluster(
             continue
         seen = present.get(row.index)
         if seen is not None:
-            if seen.finished and (seen.ended_ago is None or seen.ended_ago >= report_grace):
+            if seen.finished:
                 exits.append(seen)
         elif row.state is not LearnerState.PENDING:
             vanished.append(row.index)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -379,38 +380,45 @@ async def _reread(session: AsyncSession, locked: Locked) -> Locked:
 
 
 async def apply_cluster_view(
-    ctx: Context, job_id: str, statuses: Sequence[LearnerStatus]
+    ctx: Context,
+    job_id: str,
+    statuses: Sequence[LearnerStatus],
+    listed_at: datetime | None = None,
 ) -> Observation:
     """Bring a job's learner rows in line with the cluster, then settle it on them (whether
     or not anything was new: a step lost or refused before is taken now); returns what
-    was seen."""
+    was seen.
+
+    `listed_at`: when `statuses` were listed. A learner whose row changed since (created
+    again, or heard from) may be missing from the list only because the list is older: the
+    list says nothing of it, and the next one will.
+    """
     async with ctx.sessions.begin() as session:
         locked = await lock(session, job_id)
         if locked is None:
             return Observation()
         job, rows = locked.job, locked.rows
-        now = ctx.clock().timestamp()
-        cluster = [
-            ClusterLearner(
-                s.learner,
-                s.finished,
-                s.exit_code,
-                s.signal,
-                s.reason,
-                s.oom_killed,
-                None if s.finished_at is None else now - s.finished_at,
-            )
+        current = {
+            s.learner: s
             for s in statuses
             if s.learner in rows and s.attempt == rows[s.learner].attempt
+        }
+        cluster = [
+            ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
+            for s in current.values()
+        ]
+        listed = [
+            view for view in locked.views() if not _changed_since(rows[view.index], listed_at)
         ]
         seen = observe_cluster(
-            job_view(job, locked.views()),
+            job_view(job, listed),
             cluster,
             age=ctx.age(job.updated_at),
             grace=ctx.timings.deploy_grace_s,
             redeploy_after=ctx.timings.redeploy_after_s,
-            report_grace=ctx.timings.report_grace_s,
         )
+        # Classed as the learner's own exit report classes it (the cluster keeps a copy):
+        # the same end decides the same way whichever of the two is read first.
         updates = [
             _after_exit(
                 job,
@@ -418,8 +426,9 @@ async def apply_cluster_view(
                 s.exit_code,
                 s.signal,
                 s.reason,
-                stopped=False,
+                stopped=current[s.index].stopping or current[s.index].told_to_stop,
                 oom_killed=s.oom_killed,
+                last_line=current[s.index].last_line,
             )
             for s in seen.exits
         ]
@@ -433,6 +442,13 @@ async def apply_cluster_view(
         decisions = await settle(session, await _reread(session, locked))
     await carry_out(ctx, job_id, decisions)
     return seen
+
+
+def _changed_since(row: Learner, moment: datetime | None) -> bool:
+    changed = row.updated_at
+    if changed.tzinfo is None:  # SQLite hands back naive datetimes: they are UTC
+        changed = changed.replace(tzinfo=UTC)
+    return moment is not None and changed > moment
 
 
 async def settle_job(ctx: Context, job_id: str) -> None:

@@ -4,8 +4,9 @@
         [--grace 30] [--keep-workdirs]
 
 Environment: `DLAAS_REDIS_URL` (where learner exits are reported: an `exit` event on
-`dlaas:learner-events` with `source=agent` and `deleted=1` when the agent stopped the learner
-on request). The agent outlives lifecycle-manager workers; started again, it
+`dlaas:learner-events` with `source=agent`, `deleted=1` when the agent stopped the learner
+on request, and what the runner's exit report says: `stopped=1` when it was told to stop,
+the program's `last_line`). The agent outlives lifecycle-manager workers; started again, it
 re-adopts the learners it started before.
 
 HTTP (JSON):
@@ -84,7 +85,12 @@ class ExitReporter:
             record.reason,
             time=record.finished_at,
         )
-        extra = {"source": "agent", "deleted": "1" if record.deleting else "0"}
+        extra = {
+            "source": "agent",
+            "deleted": "1" if record.deleting else "0",
+            "stopped": "1" if record.stopped else "0",
+            "last_line": record.last_line,
+        }
         streams.publish_learner_event(
             self._redis, dataclasses.replace(event, fields={**event.fields, **extra})
         )

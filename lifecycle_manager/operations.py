@@ -25,10 +25,7 @@ from lifecycle_manager.capacity_wait import (
     waiting_for_capacity,
 )
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import (
-    ENDING,
-    LearnerState,
-)
+from lifecycle_manager.job_progress import ENDING, FINISHED, LearnerState
 from lifecycle_manager.learner_reports import settle_job
 from lifecycle_manager.learner_restarts import (
     deploy_reason,
@@ -216,12 +213,13 @@ async def _mark_stopping(session: AsyncSession, job: Job) -> None:
 
 
 async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
-    """Every learner is gone: rows still STOPPING are STOPPED, the job HALTED."""
+    """Every learner is gone: rows still STOPPING (or PENDING: never started, the job
+    waited for room) are STOPPED, the job HALTED."""
     job = await repo.lock_job(session, job_id)
     if job is None or job.state not in (JobState.QUEUED, *ACTIVE_STATES):
         return  # already HALTED (the monitor saw the last exit), or finished meanwhile
     for row in await repo.learners_of(session, job_id):
-        if row.state == LearnerState.STOPPING:
+        if LearnerState(row.state) not in FINISHED:
             await repo.set_learner_state(
                 session,
                 job_id,
@@ -243,7 +241,9 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome(f"nothing to halt: the job is {job.state} and to {job.desired}")
         if job.state == JobState.HALTED:
             return Outcome("already halted")
-        if job.state == JobState.QUEUED:
+        rows = await repo.learners_of(session, job_id)
+        started = [r for r in rows if r.state not in (LearnerState.PENDING, *FINISHED)]
+        if job.state == JobState.QUEUED and not started:  # a learner restart may keep some
             await _finish_halt(session, job_id, "halted by user")
             return Outcome("halted before it was deployed")
         await _mark_stopping(session, job)

@@ -28,6 +28,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from lifecycle_manager import operations
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
@@ -36,7 +37,7 @@ from lifecycle_manager.job_progress import LearnerState
 from lifecycle_manager.learner_reports import apply_cluster_view, settle_job
 from storage import jobs as repo
 from storage.job_states import ACTIVE_STATES, STOPPED_STATES, Desired, JobState
-from storage.models import Job
+from storage.models import Job, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,13 @@ class _JobFacts:
 
 async def reconcile(ctx: Context) -> ReconcileReport:
     report = ReconcileReport()
+    listed_at: datetime | None = utcnow()
     try:
         cluster: list[LearnerStatus] | None = await ctx.backend.list_learners()
     except BackendUnavailable as error:
         log.warning("reconcile: cluster unavailable: %s", error)
         report.errors.append(str(error))
-        cluster = None
+        cluster = listed_at = None
     by_job: dict[str, list[LearnerStatus]] = defaultdict(list)
     for learner in cluster or []:
         by_job[learner.job_id].append(learner)
@@ -91,7 +93,7 @@ async def reconcile(ctx: Context) -> ReconcileReport:
         await _stop_unwanted(ctx, by_job, known, report)
     for facts in open_jobs:
         try:
-            await _drive(ctx, facts, by_job.get(facts.id, []), cluster is not None, report)
+            await _drive(ctx, facts, by_job.get(facts.id, []), listed_at, report)
         except Exception as error:  # one job's trouble must not stop the sweep
             log.exception("reconcile: job %s", facts.id)
             report.errors.append(f"{facts.id}: {error!r}")
@@ -163,7 +165,7 @@ async def _drive(
     ctx: Context,
     facts: _JobFacts,
     learners: list[LearnerStatus],
-    cluster_known: bool,
+    listed_at: datetime | None,  # when `learners` were listed; None: the cluster was not
     report: ReconcileReport,
 ) -> None:
     lost_nudge = facts.age >= ctx.timings.requeue_after_s
@@ -191,8 +193,8 @@ async def _drive(
         outcome = await operations.resume_job(ctx, facts.id)
         if outcome.retry_after is None:
             report.finished.append(facts.id)
-    elif cluster_known:
-        seen = await apply_cluster_view(ctx, facts.id, learners)
+    elif listed_at is not None:
+        seen = await apply_cluster_view(ctx, facts.id, learners, listed_at)
         if seen.exits or seen.vanished:
             report.updated.append(facts.id)
         if seen.not_created:

@@ -64,7 +64,10 @@ class LearnerStatus:
     reason: str = ""
     stopping: bool = False  # being deleted
     oom_killed: bool | None = None  # the cluster says it was killed for memory (None: unknown)
-    finished_at: float | None = None  # unix time it ended, where the cluster says
+    # From the runner's exit report, where the cluster keeps it: the runner was told to stop
+    # (the program did not end by itself), and the program's last line.
+    told_to_stop: bool = False
+    last_line: str = ""
 
     @property
     def finished(self) -> bool:

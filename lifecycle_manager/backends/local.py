@@ -86,7 +86,8 @@ class LocalBackend:
                 signal=item["signal"],
                 reason=item["reason"],
                 stopping=item["deleting"],
-                finished_at=item.get("finished_at"),
+                told_to_stop=bool(item.get("stopped", False)),
+                last_line=str(item.get("last_line", "")),
             )
             for item in response.json()["learners"]
         ]

@@ -4,13 +4,14 @@ It has the node agent's shape (`lifecycle_manager.backends.local`): learners are
 running, listed until deleted (finished ones too), stopped by a delete that takes effect
 when the test lets the stopping learner exit, and every end is reported twice on the
 learner-event stream, by the learner's runner (with the program's last line, `stopped=1`
-when it was told to stop) and by the agent (`deleted=1` when it was deleting it).
+when it was told to stop) and by the agent (`deleted=1` when it was deleting it, and what
+the runner's exit report, which it keeps with the learner, says).
 
 What a real agent cannot be made to do on cue is the point: a learner ends, fails, hangs
 or vanishes (gone with no report) exactly between two steps the test chose; its reports
 wait in an outbox until the test delivers them, late, ahead of other learners' reports,
 more than once, or never;
-and the whole cluster can be unreachable. `yields` lets the test interleave concurrent
+and the whole cluster can be unreachable, or full. `yields` lets the test interleave concurrent
 callers at the backend's awaits.
 """
 
@@ -19,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lifecycle_manager.backends.base import (
@@ -28,10 +28,12 @@ from lifecycle_manager.backends.base import (
     LearnerPhase,
     LearnerSpec,
     LearnerStatus,
+    NoCapacity,
     learner_name,
 )
 from lifecycle_manager.job_progress import describe_exit
 from storage import streams
+from storage.exit_reports import ExitReport
 
 PROGRESS = ("DOWNLOADING", "RUNNING", "STORING", "DONE")
 
@@ -45,7 +47,7 @@ class SimulatedLearner:
     exit_code: int | None = None
     reported: int = 0  # how many of PROGRESS its runner has reported
     deleting: bool = False
-    finished_at: float | None = None
+    exit_report: ExitReport | None = None  # what its runner left behind, if it could
 
     @property
     def name(self) -> str:
@@ -65,15 +67,16 @@ class SimulatedLearner:
             exit_code=self.exit_code,
             reason=describe_exit(self.exit_code, None) if self.finished else "",
             stopping=self.deleting,
-            finished_at=self.finished_at,
+            told_to_stop=self.exit_report is not None and self.exit_report.stopped,
+            last_line=self.exit_report.last_line if self.exit_report else "",
         )
 
 
 @dataclass
 class SimulatedCluster:
     rng: random.Random = field(default_factory=random.Random)
-    clock: Callable[[], float] = time.time  # when learners end, as the agent stamps it
     available: bool = True
+    full: bool = False  # no room for another gang: deploys wait QUEUED
     learners: dict[str, SimulatedLearner] = field(default_factory=dict)
     outbox: list[streams.LearnerEvent] = field(default_factory=list)  # reports not yet sent
     sent: list[streams.LearnerEvent] = field(default_factory=list)
@@ -98,7 +101,8 @@ class SimulatedCluster:
             )
 
     def end(self, learner: SimulatedLearner, exit_code: int, *, runner_reports: bool) -> None:
-        """Its program exits with `exit_code` (the runner, if it reports, says so first)."""
+        """Its program exits with `exit_code`; its runner reports it, or dies with it (then
+        only the agent reports the exit, and the cluster keeps no exit report)."""
         if runner_reports:
             line = "done" if exit_code == 0 else f"error {exit_code} in train.py"
             self._report_runner_exit(learner, exit_code, line, stopped=False)
@@ -109,6 +113,12 @@ class SimulatedCluster:
         node): its runner was told to stop and says so."""
         self._report_runner_exit(learner, 143, "", stopped=True)
         self._exit(learner, 143)
+
+    def checkpoint(self, learner: SimulatedLearner, name: str) -> None:
+        """Its runner committed a checkpoint and says so."""
+        self.outbox.append(
+            streams.checkpoint_event(learner.job_id, learner.learner, learner.attempt, name)
+        )
 
     def vanish(self, learner: SimulatedLearner) -> None:
         """Gone with its node: no report, and no longer listed."""
@@ -137,6 +147,9 @@ class SimulatedCluster:
     def _report_runner_exit(
         self, learner: SimulatedLearner, exit_code: int, last_line: str, *, stopped: bool
     ) -> None:
+        """The runner leaves its exit report with the learner and sends it as an event."""
+        report = ExitReport(exit_code, None, "", stopped=stopped, last_line=last_line)
+        learner.exit_report = report
         event = streams.exit_event(
             learner.job_id, learner.learner, learner.attempt, exit_code, None, ""
         )
@@ -145,8 +158,8 @@ class SimulatedCluster:
         self.outbox.append(dataclasses.replace(event, fields=fields))
 
     def _exit(self, learner: SimulatedLearner, exit_code: int) -> None:
+        """The process ended: the agent reports it, with what the exit report says."""
         learner.exit_code = exit_code
-        learner.finished_at = self.clock()
         learner.phase = LearnerPhase.SUCCEEDED if exit_code == 0 else LearnerPhase.FAILED
         event = streams.exit_event(
             learner.job_id,
@@ -156,7 +169,14 @@ class SimulatedCluster:
             None,
             describe_exit(exit_code, None),
         )
-        fields = {**event.fields, "source": "agent", "deleted": "1" if learner.deleting else "0"}
+        report = learner.exit_report
+        fields = {
+            **event.fields,
+            "source": "agent",
+            "deleted": "1" if learner.deleting else "0",
+            "stopped": "1" if report is not None and report.stopped else "0",
+            "last_line": report.last_line if report is not None else "",
+        }
         self.outbox.append(dataclasses.replace(event, fields=fields))
 
     # -- the backend, as the lifecycle manager sees it -------------------------------------
@@ -169,6 +189,8 @@ class SimulatedCluster:
 
     async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
         await self._call()
+        if self.full and any(spec.name not in self.learners for spec in specs):
+            raise NoCapacity("the simulated cluster is full")
         created = []
         for spec in specs:
             if spec.name not in self.learners:
@@ -179,7 +201,7 @@ class SimulatedCluster:
 
     async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
         await self._call()
-        return None
+        return "the simulated cluster is full" if self.full else None
 
     async def delete_learners(
         self, job_id: str, *, wait: float = 0.0, grace: float | None = None

@@ -8,6 +8,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis
 from lifecycle_manager.agent_learners import group_is_running
 from lifecycle_manager.backends.base import learner_name
 from storage import streams
+from storage.exit_reports import ExitReport
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import AGENT_GRACE_S, Agent, start_agent
 
@@ -249,16 +251,29 @@ def _sleepers_of_session(sid: int) -> list[int]:
     return found
 
 
-def test_a_restarted_agent_re_adopts_live_learners(
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_restarted_agent_re_adopts_live_learners_and_reads_what_ended_meanwhile(
     agent: Agent, redis_url: str, redis_client: redis.Redis
 ) -> None:
     job = new_job()
-    survivor = put(agent, job, 1, ["sleep", "60"], num_learners=3).json()
-    put(agent, job, 2, ["true"], num_learners=3)
-    put(agent, job, 3, ["sleep", "0.5"], num_learners=3)
-    time.sleep(0.2)
+    told_to_stop = ExitReport(
+        143, "SIGTERM", "stopped by SIGTERM", stopped=True, last_line="step 9"
+    )
+    leave_report = f"printf '%s' '{told_to_stop.to_json()}' > \"$DLAAS_EXIT_REPORT\"; exit 143"
+    survivor = put(agent, job, 1, ["sleep", "60"], num_learners=4).json()
+    put(agent, job, 2, ["true"], num_learners=4)
+    silent = put(agent, job, 3, ["sleep", "0.5"], num_learners=4).json()
+    reporting = put(agent, job, 4, ["sh", "-c", f"sleep 0.5; {leave_report}"], num_learners=4)
+    wait_for(lambda: agent.learners(job)[1]["phase"] == "Succeeded", "learner 2 to end")
     agent.process.stop()
-    time.sleep(0.6)  # learner 3 ends while no agent watches it
+    # Learners 3 and 4 end while no agent watches them; 4 leaves its runner's exit report.
+    wait_for(lambda: gone(silent["pid"]) and gone(reporting.json()["pid"]), "learners 3 and 4")
     assert not gone(survivor["pid"])
     after = stream_end(redis_client)
     port = int(agent.url.rsplit(":", 1)[1])
@@ -269,13 +284,22 @@ def test_a_restarted_agent_re_adopts_live_learners(
     assert learners[2]["phase"] == "Succeeded"
     assert learners[3]["phase"] == "Failed"
     assert learners[3]["reason"] == "vanished while the node agent was down"
-    (_, lost), *_ = exits_of(redis_client, job, after, 1)
-    assert lost.learner == 3
+    assert (learners[4]["phase"], learners[4]["exit_code"]) == ("Failed", 143)
+    assert (learners[4]["stopped"], learners[4]["last_line"]) == (True, "step 9")
+    lost, reported = sorted((e for _, e in exits_of(redis_client, job, after, 2)), key=_learner)
+    assert (lost.learner, lost.fields["exit_code"]) == (3, "")
+    assert (reported.learner, reported.fields["exit_code"]) == (4, "143")
+    assert (reported.fields["stopped"], reported.fields["last_line"]) == ("1", "step 9")
+    after = stream_end(redis_client)
     os.kill(survivor["pid"], signal.SIGTERM)  # it ends on its own: the agent notices
-    (_, ended), *_ = exits_of(redis_client, job, after, 2)[1:]
+    (_, ended), *_ = exits_of(redis_client, job, after, 1)
     assert ended.learner == 1
     assert ended.fields["exit_code"] == ""
     assert "re-adopted" in ended.fields["reason"]
+
+
+def _learner(event: streams.LearnerEvent) -> int:
+    return event.learner
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/learners"])

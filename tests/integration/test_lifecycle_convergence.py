@@ -4,9 +4,10 @@ Hypothesis drives, in generated orders, everything that acts on jobs in the serv
 monitor (a batch of learner events), the reconcile, the worker's tasks (deploy, halt,
 resume, delete, recover; each may be lost, or retried), the API's halt, resume and delete,
 and several of these at once, their awaits interleaved. Learners run on a simulated
-cluster (`simulated_cluster`) that lets them progress, end, fail, hang or vanish between
-any two steps, and whose reports are delivered late, out of order, twice or never; the
-cluster may be unreachable for a while; time passes by an injected clock.
+cluster (`simulated_cluster`) that lets them progress, checkpoint, end, fail, hang, be
+interrupted or vanish between any two steps, and whose reports are delivered late, ahead
+of other learners' reports, twice or never; the cluster may be unreachable or full for a
+while; time passes by an injected clock.
 
 After each step, every job's events must still form one chain (no transition recorded
 twice or skipped). After each run, the platform is left to settle: the learners still
@@ -79,6 +80,7 @@ PICK = st.integers(min_value=0, max_value=1_000_000)
 # What a running learner does next, weighted towards progress and ends.
 LEARNER_HAPPENINGS = [
     *["progress"] * 4,
+    "checkpoint",
     *["exit 0"] * 3,
     "exit 1",
     "exit 3",
@@ -101,6 +103,8 @@ PLATFORM_ACTORS = [
     "cluster down",
     "cluster up",
     "cluster up",
+    "cluster full",
+    "cluster has room",
     "user",
 ]
 # What a user does to one of the jobs now and then.
@@ -199,7 +203,7 @@ class Platform:
 async def open_platform(settings_: Settings, rng: random.Random) -> Platform:
     engine = make_engine(settings_.database_url, pool_size=4)
     clock = ShiftedClock()
-    cluster = SimulatedCluster(rng, clock=lambda: clock().timestamp())
+    cluster = SimulatedCluster(rng)
     queue = TaskQueue()
 
     async def schedule_recovery(job_id: str, delay_s: float) -> None:
@@ -330,7 +334,9 @@ class Convergence(RuleBasedStateMachine):
                 p.queue.tasks.pop(pick % len(p.queue.tasks))
         elif actor.startswith("time passes"):
             p.clock.shift += timedelta(seconds=float(actor.split()[-1]))
-        elif actor.startswith("cluster"):
+        elif actor in ("cluster full", "cluster has room"):
+            p.cluster.full = actor == "cluster full"
+        elif actor in ("cluster up", "cluster down"):
             p.cluster.available = actor == "cluster up"
         else:
             await self._user_acts(USER_ACTIONS[pick % len(USER_ACTIONS)], pick)
@@ -338,7 +344,7 @@ class Convergence(RuleBasedStateMachine):
     @rule(actors=st.lists(st.sampled_from(PLATFORM_ACTORS), min_size=1, max_size=4), pick=PICK)
     def the_platform_acts(self, actors: list[str], pick: int) -> None:
         """One after the other: the monitor, the reconcile, the worker, a user, the clock,
-        the cluster's reachability."""
+        the cluster's reachability and room."""
         for n, actor in enumerate(actors):
             self.run(self._act(actor, pick + n))
 
@@ -378,6 +384,8 @@ class Convergence(RuleBasedStateMachine):
             learner = live[pick % len(live)]
             if what == "progress":
                 cluster.progress(learner)
+            elif what == "checkpoint":
+                cluster.checkpoint(learner, f"ckpt-{pick:012d}")
             elif what == "interrupted":
                 cluster.interrupt(learner)
             elif what.startswith("exit "):
@@ -415,12 +423,6 @@ class Convergence(RuleBasedStateMachine):
         if not heads:
             return
         report = self.p.cluster.deliver(heads[pick % len(heads)])
-        if copies == 0 and report.fields.get("stopped") == "1":
-            # Without its runner's word that it was told to stop, an interrupted learner
-            # is one killed by a signal: a failure.
-            model = self.p.jobs.get(report.job)
-            if model is not None:
-                model.failures += 1
         for _ in range(copies):
             self.run(streams.apublish_learner_event(self.p.ctx.redis, report))
 
@@ -451,7 +453,7 @@ class Convergence(RuleBasedStateMachine):
         running end with exit 0, stopped ones exit, and time passes; only the monitor, the
         reconcile and the queued tasks act, until every job is stopped and purged."""
         cluster = self.p.cluster
-        cluster.available = True
+        cluster.available, cluster.full = True, False
         for _ in range(SETTLE_ROUNDS):
             for learner in list(cluster.live()):
                 while learner.reported < 4:

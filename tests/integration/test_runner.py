@@ -19,7 +19,8 @@ import pytest
 import redis
 
 from learner_image.runner import HEARTBEAT_S
-from storage import streams
+from storage import exit_reports, streams
+from storage.exit_reports import ExitReport
 from storage.object_store import LocalObjectStore, ObjectStore, open_object_store
 from storage.settings import Settings
 from tests import services
@@ -70,6 +71,7 @@ class Learner:
             RESULT_DIR=str(self.workdir / "results"),
             LOG_DIR=str(self.workdir / "logs"),
             CHECKPOINT_DIR=str(self.workdir / "checkpoints"),
+            DLAAS_EXIT_REPORT=str(self.exit_report_path),
         )
         env.update(self.env)
         return env
@@ -87,6 +89,13 @@ class Learner:
         proc = self.start(command)
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out.decode("utf-8", "replace")
+
+    @property
+    def exit_report_path(self) -> Path:
+        return self.tmp / "exit-report.json"
+
+    def exit_report(self) -> ExitReport | None:
+        return exit_reports.read(self.exit_report_path)
 
     def lines(self) -> list[str]:
         return [line.line for _, line in streams.read_logs(self.redis, self.job_id, count=10**6)]
@@ -301,6 +310,11 @@ def test_exit_code_of_the_command_is_reported(learner: Learner) -> None:
     assert (exit_event["kind"], exit_event["exit_code"], exit_event["signal"]) == ("exit", "7", "")
     assert "code 7" in exit_event["reason"]
     assert learner.lines()[-1].startswith("[dlaas] ")
+    # The same, left with the learner for whoever looks at it later.
+    report = learner.exit_report()
+    assert report is not None
+    assert (report.exit_code, report.stopped, report.last_line) == (7, False, "failing")
+    assert report.reason == exit_event["reason"]
 
 
 def test_command_killed_by_a_signal(learner: Learner) -> None:
@@ -330,6 +344,9 @@ def test_sigterm_is_forwarded_to_the_command(learner: Learner) -> None:
     assert exit_event["stopped"] == "1"
     assert "STORING" not in [e.get("state") for e in learner.events()]
     assert learner.keys("logs/") == ["logs/learner-1.log"]
+    report = learner.exit_report()
+    assert report is not None
+    assert (report.exit_code, report.signal, report.stopped) == (143, "SIGTERM", True)
 
 
 def test_command_ignoring_sigterm_is_killed_after_the_grace_period(learner: Learner) -> None:

@@ -9,6 +9,7 @@ from lifecycle_manager.backends.kubernetes.admission import Amount, admit, pod_r
 from lifecycle_manager.backends.kubernetes.pod_events import JobNotice, PodTracker
 from lifecycle_manager.backends.kubernetes.pod_status import learner_status
 from storage import streams
+from storage.exit_reports import ExitReport
 
 
 def node(name: str, cpu: str, memory: str, gpus: str = "0", **extra: Any) -> dict[str, Any]:
@@ -124,6 +125,31 @@ def test_exits_say_whether_the_cluster_killed_the_learner_for_memory() -> None:
     assert OOM_KILLED_FIELD not in vanished.fields
     still_running = learner_status(learner_pod("Running", containerStatuses=state(running={})))
     assert still_running is not None and still_running.oom_killed is None
+
+
+def test_the_runners_exit_report_in_the_termination_message_says_how_it_ended() -> None:
+    report = ExitReport(143, "SIGTERM", "stopped by SIGTERM", stopped=True, last_line="step 41")
+    ended = learner_pod(
+        "Failed",
+        containerStatuses=state(
+            terminated={"exitCode": 143, "reason": "Error", "message": report.to_json()}
+        ),
+    )
+    status = learner_status(ended)
+    assert status is not None
+    assert (status.exit_code, status.told_to_stop, status.last_line) == (143, True, "step 41")
+    *_, exit_event = PodTracker().seen("MODIFIED", ended)
+    assert (exit_event.fields["stopped"], exit_event.fields["last_line"]) == ("1", "step 41")
+    # A message that is no exit report (the runtime's own) is a reason, as it was.
+    refused = learner_pod(
+        "Failed",
+        containerStatuses=state(
+            terminated={"exitCode": 128, "reason": "StartError", "message": "no such file"}
+        ),
+    )
+    status = learner_status(refused)
+    assert status is not None and not status.told_to_stop and status.last_line == ""
+    assert "could not start (StartError): no such file" in status.reason
 
 
 def test_a_pod_deleted_or_lost_before_it_finished_is_an_exit_without_a_code() -> None:

@@ -179,17 +179,6 @@ def test_the_cluster_view_finds_missed_exits_and_lost_learners() -> None:
     assert seen.not_created == ()
 
 
-def test_an_end_the_cluster_shows_waits_for_the_learners_own_reports() -> None:
-    running = job(JobState.RUNNING, L.RUNNING, L.RUNNING, L.RUNNING)
-    cluster = [
-        ClusterLearner(1, finished=True, exit_code=143, ended_ago=0.5),  # reports on their way
-        ClusterLearner(2, finished=True, exit_code=143, ended_ago=4.0),  # they were lost
-        ClusterLearner(3, finished=True, exit_code=0),  # the cluster does not say when
-    ]
-    seen = observe_cluster(running, cluster, age=100, grace=15, report_grace=3)
-    assert [learner.index for learner in seen.exits] == [2, 3]
-
-
 def test_every_learner_lost_is_seen_vanished() -> None:
     running = job(JobState.RUNNING, L.RUNNING, L.RUNNING)
     seen = observe_cluster(running, [], age=0, grace=15)

@@ -95,7 +95,7 @@ def test_child_env_drops_store_secrets_and_sets_dirs(tmp_path: Path) -> None:
 def test_describe_exit_codes_and_signals() -> None:
     assert describe_exit(0).exit_code == 0
     plain = describe_exit(2)
-    assert (plain.exit_code, plain.signal) == (2, "")
+    assert (plain.exit_code, plain.signal, plain.stopped) == (2, None, False)
     assert "code 2" in plain.reason
     killed = describe_exit(-signal.SIGKILL)
     assert (killed.exit_code, killed.signal) == (137, "SIGKILL")
@@ -110,7 +110,7 @@ def test_describe_exit_codes_and_signals() -> None:
 
 def test_describe_exit_when_stopped() -> None:
     stopped = describe_exit(-signal.SIGTERM, stop_signal=signal.SIGTERM)
-    assert (stopped.exit_code, stopped.signal) == (143, "SIGTERM")
+    assert (stopped.exit_code, stopped.signal, stopped.stopped) == (143, "SIGTERM", True)
     assert stopped.reason == "stopped by SIGTERM"
     forced = describe_exit(-signal.SIGKILL, signal.SIGTERM, killed_after_grace=True)
     assert forced.exit_code == 137

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec
+from storage import exit_reports
 from storage.settings import Settings
 
 GROUP = "dlaas.io"
@@ -219,6 +220,7 @@ def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]
     if spec.env.get(PS_MODE_ENV):
         plain["DLAAS_PS_DIR"] = PS_REGION
     plain.setdefault("DLAAS_STOP_GRACE_S", str(max(1, options.stop_grace_s // 2)))
+    plain[exit_reports.EXIT_REPORT_ENV] = exit_reports.KUBERNETES_PATH
     if spec.resources.cpus:
         plain.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.resources.cpus))))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(plain.items())]
@@ -289,6 +291,9 @@ def pod_manifest(
         "command": list(spec.command),
         "workingDir": WORK_DIR,
         "env": env,
+        # The runner's exit report, kept with the pod's status for whoever reads it later.
+        "terminationMessagePath": exit_reports.KUBERNETES_PATH,
+        "terminationMessagePolicy": "File",
         "resources": learner_resources(spec),
         "volumeMounts": [
             {"name": "shm", "mountPath": SHM_DIR},

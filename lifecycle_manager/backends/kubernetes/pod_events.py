@@ -6,8 +6,9 @@ a re-list); the tracker answers with what is new:
 - the learner container started -> a `status` event DOWNLOADING (the runner reports its own
   later states; a status that does not advance a learner is ignored downstream);
 - the pod Succeeded or Failed -> an `exit` event with the learner container's exit code and
-  the cluster's reason (OOMKilled, Evicted, ...), and `oom_killed` (`1` or `0`) once the
-  container's end is known;
+  the cluster's reason (OOMKilled, Evicted, ...), `oom_killed` (`1` or `0`) once the
+  container's end is known, and what the runner's exit report (its termination message)
+  says: `stopped`, `last_line`;
 - the pod vanished before it finished (deleted, or gone while the watch was down) -> an
   `exit` event with no exit code;
 - an image that cannot be pulled for longer than the pull timeout, or a container that
@@ -33,6 +34,7 @@ from lifecycle_manager.backends.kubernetes.pod_status import (
     read_pod,
 )
 from storage import streams
+from storage.exit_reports import ExitReport
 
 DELETED = "DELETED"
 
@@ -110,7 +112,11 @@ class PodTracker:
             out.append(streams.status_event(who.job, who.learner, who.attempt, "DOWNLOADING"))
         if reading.phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
             memory.finished = True
-            out.append(_exit(who, reading.exit_code, reading.reason, reading.oom_killed))
+            out.append(
+                _exit(
+                    who, reading.exit_code, reading.reason, reading.oom_killed, reading.exit_report
+                )
+            )
         elif reading.config_failure is not None:
             memory.finished = True
             out.append(_exit(who, None, reading.config_failure.message))
@@ -134,12 +140,19 @@ class PodTracker:
 
 
 def _exit(
-    who: PodIdentity, exit_code: int | None, reason: str, oom_killed: bool | None = None
+    who: PodIdentity,
+    exit_code: int | None,
+    reason: str,
+    oom_killed: bool | None = None,
+    report: ExitReport | None = None,
 ) -> streams.LearnerEvent:
     event = streams.exit_event(who.job, who.learner, who.attempt, exit_code, None, reason)
     fields = {**event.fields, "source": "kubernetes", "pod": who.name}
     if oom_killed is not None:
         fields[OOM_KILLED_FIELD] = "1" if oom_killed else "0"
+    if report is not None:  # the runner's exit report, kept as the termination message
+        fields["stopped"] = "1" if report.stopped else "0"
+        fields["last_line"] = report.last_line
     return streams.LearnerEvent(
         event.job, event.learner, event.attempt, event.kind, fields, event.time
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal as signals
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerPhase, LearnerStatus
@@ -21,6 +20,7 @@ from lifecycle_manager.backends.kubernetes.manifests import (
     LEARNER_CONTAINER,
     LEARNER_LABEL,
 )
+from storage.exit_reports import ExitReport
 
 # Waiting reasons of a container whose image cannot be had; they fail the learner after a
 # timeout (the registry may be down for a moment), except those that never heal by waiting.
@@ -56,7 +56,8 @@ class PodReading:
     # Once it finished: whether the learner container's reason was OOMKilled (None: the
     # container's end is not known, e.g. the pod failed before it ran).
     oom_killed: bool | None = None
-    finished_at: float | None = None  # unix time the learner container ended, if known
+    # What the runner's exit report (the container's termination message) says, if any.
+    exit_report: ExitReport | None = None
     notices: tuple[Notice, ...] = ()
     pull_failure: Notice | None = None  # the image cannot be pulled (yet)
     config_failure: Notice | None = None  # the container cannot be made
@@ -98,6 +99,9 @@ def _terminated_reason(pod: Mapping[str, Any], terminated: Mapping[str, Any]) ->
     code = terminated.get("exitCode")
     why = terminated.get("reason") or ""
     message = (terminated.get("message") or "").strip()
+    report = ExitReport.from_json(message)
+    if report is not None:  # the runner's own word on how its command ended
+        message = report.reason
     if why == "OOMKilled":
         limit = _memory_limit(pod)
         bound = f" of {limit}" if limit else ""
@@ -165,16 +169,6 @@ def _image(pod: Mapping[str, Any]) -> str:
     return "?"
 
 
-def _unix_time(timestamp: object) -> float | None:
-    """An RFC 3339 time from the API (`2026-11-25T10:00:03Z`) as unix time, if it is one."""
-    if not isinstance(timestamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
-
-
 def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
     """The learner's view of a pod, or None if the pod is not a dlaas learner."""
     who = identity(pod)
@@ -193,14 +187,14 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
     started = "running" in state or "terminated" in state
     exit_code: int | None = None
     oom_killed: bool | None = None
-    finished_at: float | None = None
+    exit_report: ExitReport | None = None
     reason = ""
     if phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
         if terminated:
             exit_code = terminated.get("exitCode")
             oom_killed = terminated.get("reason") == "OOMKilled"
             reason = _terminated_reason(pod, terminated)
-            finished_at = _unix_time(terminated.get("finishedAt"))
+            exit_report = ExitReport.from_json(terminated.get("message") or "")
         pod_reason = _pod_reason(status)
         if pod_reason and not (terminated and terminated.get("reason") == "OOMKilled"):
             reason = pod_reason if not terminated else f"{reason}; {pod_reason}"
@@ -235,7 +229,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         exit_code=exit_code,
         reason=reason,
         oom_killed=oom_killed,
-        finished_at=finished_at,
+        exit_report=exit_report,
         notices=tuple(notices),
         pull_failure=pull_failure,
         config_failure=config_failure,
@@ -257,5 +251,6 @@ def learner_status(pod: Mapping[str, Any]) -> LearnerStatus | None:
         reason=reading.reason,
         stopping=reading.deleting,
         oom_killed=reading.oom_killed,
-        finished_at=reading.finished_at,
+        told_to_stop=reading.exit_report is not None and reading.exit_report.stopped,
+        last_line=reading.exit_report.last_line if reading.exit_report else "",
     )
