@@ -326,6 +326,9 @@ async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
     log = kube_ctx.objects.get_bytes(f"jobs/{job_id}/logs/learner-1.log").decode()
     assert "crashing on purpose" in log
     assert "resumed at step 41 41" in log
+    async with kube_ctx.sessions() as session:
+        [restart] = await repo.events_of_kind(session, job_id, "restart")
+    assert restart.detail["failure"]["last_line"] == "crashing on purpose"
     # The failed attempt's pod was deleted and replaced by the next attempt's.
     created = [
         reason for kind, reason in await events(kube_ctx, job_id) if kind == "learners_created"

@@ -4,8 +4,9 @@ may run a pod's learner container as a local process.
 It watches the namespace's pods. A new pod is bound to the node and, unless `hold` is set,
 set Running at once (Pending first). With `run_commands`, the learner container's command
 runs as a process (its env resolved, Secret references included; `/job/...` directories
-made local; MASTER_ADDR=127.0.0.1 with a port per job) and its exit sets the pod Succeeded
-or Failed with that exit code; a deleted pod's process is stopped (SIGTERM, then SIGKILL).
+made local, its termination message file too; MASTER_ADDR=127.0.0.1 with a port per job)
+and its exit sets the pod Succeeded or Failed with that exit code and the message it left;
+a deleted pod's process is stopped (SIGTERM, then SIGKILL).
 Tests may also set any status by hand (`start`, `finish`, `unschedulable`, `waiting`).
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 from kubernetes import client, watch
 
 LEARNER = "learner"
+TERMINATION_MESSAGE = "termination-log"  # the container's terminationMessagePath, made local
 
 
 def _free_port() -> int:
@@ -209,8 +211,11 @@ class Kubelet:
         if self.processes.pop(name, None) is None:
             return  # stopped because the pod was deleted
         exit_code = 128 - code if code < 0 else code
+        # As a kubelet does: the container's termination message file becomes its status.
+        message_file = root / TERMINATION_MESSAGE
+        message = message_file.read_text()[:4096] if message_file.exists() else None
         with contextlib.suppress(client.ApiException):
-            self.finish(name, exit_code)
+            self.finish(name, exit_code, message=message)
 
     def _environment(
         self, pod: Mapping[str, Any], container: Mapping[str, Any], root: Path
@@ -233,6 +238,8 @@ class Kubelet:
         for key, value in list(env.items()):
             if value.startswith(workdir + "/"):
                 env[key] = str(root / value[len(workdir) + 1 :])
+            elif value == container.get("terminationMessagePath"):
+                env[key] = str(root / TERMINATION_MESSAGE)
         job = pod["metadata"]["labels"].get("dlaas.io/job", "")
         env["MASTER_ADDR"] = "127.0.0.1"
         env["MASTER_PORT"] = str(self._ports.setdefault(job, _free_port()))
