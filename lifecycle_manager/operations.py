@@ -102,7 +102,13 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         return Outcome(f"the cluster is unavailable: {error}", retry_after=1.0)
     async with ctx.sessions.begin() as session:
         job = await repo.lock_job(session, job_id)
-        wanted = job is not None and job.desired == Desired.RUN and job.attempt == attempt
+        finished = job is None or job.state in FINAL_STATES
+        wanted = (
+            job is not None
+            and not finished
+            and job.desired == Desired.RUN
+            and job.attempt == attempt
+        )
         if created:
             noun = "learner" if len(created) == 1 else "learners"
             await repo.add_event(
@@ -113,9 +119,12 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
                 {"attempt": attempt, "names": created},
             )
     if not wanted:
-        # Halted or deleted while the learners were being created: take them back.
+        # Halted, deleted or finished while the learners were being created: take them back,
+        # and the objects made for them (its Secret, its Service) if the job runs no more.
         for spec in specs:
             await ctx.backend.delete_learner(spec.name)
+        if finished:
+            await ctx.backend.delete_learners(job_id)
         return Outcome("the job changed while deploying; its learners were stopped")
     if kept_learners:
         # A learner left running may have ended while the job was RECOVERING or QUEUED,

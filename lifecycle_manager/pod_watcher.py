@@ -80,6 +80,16 @@ async def record_notice(sessions: async_sessionmaker[AsyncSession], notice: JobN
     return True
 
 
+async def deliver_one(
+    output: Output, redis: aioredis.Redis, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Publish a learner event on the stream, or record a notice in its job's events."""
+    if isinstance(output, JobNotice):
+        await record_notice(sessions, output)
+    else:
+        await streams.apublish_learner_event(redis, output)
+
+
 async def deliver(
     queue: asyncio.Queue[Output],
     redis: aioredis.Redis,
@@ -90,10 +100,7 @@ async def deliver(
         output = await queue.get()
         while True:
             try:
-                if isinstance(output, JobNotice):
-                    await record_notice(sessions, output)
-                else:
-                    await streams.apublish_learner_event(redis, output)
+                await deliver_one(output, redis, sessions)
                 break
             except Exception:
                 log.exception("pod watcher: could not deliver %s; retrying", output)

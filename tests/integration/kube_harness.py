@@ -8,7 +8,7 @@ import asyncio
 import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,18 @@ def core_api(url: str) -> client.CoreV1Api:
     return client.CoreV1Api(client.ApiClient(client.Configuration(host=url)))
 
 
+@contextmanager
+def emulator_with_a_node(*, keep_requests: bool = True) -> Iterator[RunningEmulator]:
+    """The API emulator with one big node; `keep_requests=False` for long runs (see
+    `tests.kube.emulator`)."""
+    with running_emulator(keep_requests=keep_requests) as running:
+        core_api(running.url).create_node(node("node-1", BIG_NODE))
+        yield running
+
+
 @pytest.fixture
 def emulator() -> Iterator[RunningEmulator]:
-    with running_emulator() as running:
-        core_api(running.url).create_node(node("node-1", BIG_NODE))
+    with emulator_with_a_node() as running:
         yield running
 
 
@@ -66,10 +74,17 @@ def namespace() -> str:
 
 
 def kube_settings(
-    tmp_path: Path, redis_url: str, emulator: RunningEmulator, namespace: str
+    tmp_path: Path,
+    redis_url: str,
+    emulator: RunningEmulator,
+    namespace: str,
+    database_url: str | None = None,
 ) -> Settings:
-    database_url = f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
-    upgrade(database_url)
+    """Settings on the emulator; the database is a new SQLite file unless one (migrated) is
+    given."""
+    if database_url is None:
+        database_url = f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
+        upgrade(database_url)
     return Settings(
         home=tmp_path / "home",
         database_url=database_url,
