@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.api_load
 	$(BIN)/python -m bench.recovery
 	$(BIN)/python -m bench.k8s_control
+	$(BIN)/python -m bench.soak
 
 # A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
 # and kubectl; see README "Kubernetes").

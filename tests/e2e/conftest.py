@@ -36,6 +36,20 @@ class Platform:
     home: Path
     env: dict[str, str]
 
+    @classmethod
+    def up(cls, home: Path) -> Platform:
+        """`dlaas up --detach` with its state in `home`, on a free port, and none of this
+        process's `DLAAS_*` settings; stop it with `down`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
+        env["DLAAS_HOME"] = str(home)
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        running = cls(home=home, env=env)
+        running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
+        return running
+
+    def down(self) -> None:
+        self.dlaas("down", check=False, timeout=60)
+
     def dlaas(
         self, *args: str, timeout: float = 180, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
@@ -130,13 +144,8 @@ class Platform:
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    home = tmp_path_factory.mktemp("dlaas-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
-    env["DLAAS_HOME"] = str(home)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    running = Platform(home=home, env=env)
-    running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
+    running = Platform.up(tmp_path_factory.mktemp("dlaas-home"))
     try:
         yield running
     finally:
-        running.dlaas("down", check=False, timeout=60)
+        running.down()
