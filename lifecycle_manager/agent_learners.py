@@ -63,6 +63,10 @@ OPEN_FILES_LIMIT = 65536
 # a guard against a runaway process, with headroom, not an exact cgroup-style limit.
 DATA_LIMIT_FACTOR = 2
 MIN_DATA_LIMIT = 2 << 30
+# Learners yield the CPU to the platform's own processes on the machine (what reserved CPU
+# does for a kubelet's node): however busy they keep the cores, the monitor and the workers
+# still hear of a learner's end and act on it at once. Idle cores are theirs all the same.
+LEARNER_NICENESS = 10
 
 ExitCallback = Callable[["LearnerRecord"], bool]
 
@@ -334,6 +338,8 @@ class LearnerTable:
     def _limit(self, pid: int, limits: Resources) -> None:
         """Apply resource limits the OS offers for a single process tree, best effort."""
         try:
+            niceness = os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS
+            os.setpriority(os.PRIO_PROCESS, pid, min(niceness, 19))
             _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             cap = (
                 OPEN_FILES_LIMIT if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_LIMIT)

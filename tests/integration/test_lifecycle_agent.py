@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from lifecycle_manager.agent_learners import group_is_running
+from lifecycle_manager.agent_learners import LEARNER_NICENESS, group_is_running
 from lifecycle_manager.backends.base import learner_name
 from storage import streams
 from storage.exit_reports import ExitReport
@@ -140,6 +140,15 @@ def test_exit_zero_succeeds_and_a_missing_command_fails(agent: Agent) -> None:
     assert phases[1]["phase"] == "Succeeded"
     assert phases[2]["phase"] == "Failed"
     assert phases[2]["reason"] == "command not found: no-such-command-dlaas"
+
+
+def test_learners_yield_the_cpu_to_the_platforms_own_processes(agent: Agent) -> None:
+    started = put(agent, new_job(), 1, ["sleep", "30"]).json()
+    wanted = min(os.getpriority(os.PRIO_PROCESS, agent.process.pid) + LEARNER_NICENESS, 19)
+    wait_for(
+        lambda: os.getpriority(os.PRIO_PROCESS, started["pid"]) == wanted,
+        f"the learner to run at niceness {wanted}",
+    )
 
 
 def test_the_learner_gets_its_directories_and_environment(agent: Agent) -> None:
