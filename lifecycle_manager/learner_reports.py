@@ -84,8 +84,9 @@ def job_view(job: Job, rows: Sequence[LearnerView]) -> JobView:
 
 
 @dataclass
-class Locked:
-    """A job's row, locked for the transaction, and its learner rows by index."""
+class JobRows:
+    """A job's row and its learner rows by index (locked for the transaction, when `lock`
+    read them)."""
 
     job: Job
     rows: dict[int, Learner]
@@ -94,11 +95,19 @@ class Locked:
         return [learner_view(row) for row in self.rows.values()]
 
 
-async def lock(session: AsyncSession, job_id: str) -> Locked | None:
-    job = await repo.lock_job(session, job_id)
+async def lock(session: AsyncSession, job_id: str) -> JobRows | None:
+    return await _with_learners(session, await repo.lock_job(session, job_id))
+
+
+async def _look(session: AsyncSession, job_id: str) -> JobRows | None:
+    """The job and its learner rows as they stand, without locking them."""
+    return await _with_learners(session, await repo.get_job_any(session, job_id))
+
+
+async def _with_learners(session: AsyncSession, job: Job | None) -> JobRows | None:
     if job is None:
         return None
-    return Locked(job, {row.index: row for row in await repo.learners_of(session, job_id)})
+    return JobRows(job, {row.index: row for row in await repo.learners_of(session, job.id)})
 
 
 async def _record(
@@ -239,7 +248,7 @@ async def _apply(session: AsyncSession, job: Job, decision: Decision, counted: b
     return True
 
 
-async def settle(session: AsyncSession, locked: Locked) -> list[Decision]:
+async def settle(session: AsyncSession, locked: JobRows) -> list[Decision]:
     """Take every step `decide` asks for on the job's stored state, until it asks none.
 
     A step refused because the job moved is no dead end: the job is read again and the
@@ -315,50 +324,67 @@ def _oom_killed(fields: Mapping[str, str]) -> bool | None:
     return value == "1" if value else None
 
 
-async def apply_learner_event(ctx: Context, event: streams.LearnerEvent) -> None:
-    fields = event.fields
+async def apply_learner_events(
+    ctx: Context, job_id: str, events: Sequence[streams.LearnerEvent]
+) -> None:
+    """Apply one job's events, in order, in one transaction, then settle the job once.
+
+    The monitor hands over what a batch read holds of each job together: a burst of
+    learners reporting costs a transaction a job, not one an event.
+    """
     async with ctx.sessions.begin() as session:
-        locked = await lock(session, event.job)
+        locked = await lock(session, job_id)
         if locked is None:
             return
-        job = locked.job
-        row = locked.rows.get(event.learner)
-        if row is None or event.attempt != row.attempt:
+        changed = False
+        for event in events:
+            if await _apply_event(session, locked, event):
+                changed = True
+                locked = await _reread(session, locked)
+        if not changed:
             return
-        if event.kind == streams.CHECKPOINT:
-            await _record_checkpoint(session, event)
-            return
-        update: LearnerView | None = None
-        reported = fields.get("state", "")
-        if event.kind == streams.STATUS and reported in LearnerState.__members__:
-            state = learner_after_status(LearnerState(row.state), LearnerState(reported))
-            if state is not None:
-                update = LearnerView(row.index, state)
-        elif event.kind == streams.EXIT:
-            update = _after_exit(
-                job,
-                row,
-                _exit_code(fields),
-                fields.get("signal") or None,
-                fields.get("reason", ""),
-                # The agent stopped it on request, or its runner was told to stop.
-                stopped=fields.get("deleted") == "1" or fields.get("stopped") == "1",
-                oom_killed=_oom_killed(fields),
-                last_line=fields.get("last_line", ""),
-            )
-        if update is None:
-            return
-        detail: dict[str, object] = {
-            "exit_code": update.exit_code,
-            "signal": fields.get("signal") or None,
-            "source": fields.get("source", ""),
-        }
-        if event.kind == streams.EXIT and event.time:
-            detail["exited_at"] = event.time  # when it ended, not when this was recorded
-        if not await _record(session, job, row, update, detail):
-            return
-        decisions = await settle(session, await _reread(session, locked))
-    await carry_out(ctx, event.job, decisions)
+        decisions = await settle(session, locked)
+    await carry_out(ctx, job_id, decisions)
+
+
+async def _apply_event(session: AsyncSession, locked: JobRows, event: streams.LearnerEvent) -> bool:
+    """Record what one event says of its learner's row; whether the row changed."""
+    fields = event.fields
+    job = locked.job
+    row = locked.rows.get(event.learner)
+    if row is None or event.attempt != row.attempt:
+        return False
+    if event.kind == streams.CHECKPOINT:
+        await _record_checkpoint(session, event)
+        return False
+    update: LearnerView | None = None
+    reported = fields.get("state", "")
+    if event.kind == streams.STATUS and reported in LearnerState.__members__:
+        state = learner_after_status(LearnerState(row.state), LearnerState(reported))
+        if state is not None:
+            update = LearnerView(row.index, state)
+    elif event.kind == streams.EXIT:
+        update = _after_exit(
+            job,
+            row,
+            _exit_code(fields),
+            fields.get("signal") or None,
+            fields.get("reason", ""),
+            # The agent stopped it on request, or its runner was told to stop.
+            stopped=fields.get("deleted") == "1" or fields.get("stopped") == "1",
+            oom_killed=_oom_killed(fields),
+            last_line=fields.get("last_line", ""),
+        )
+    if update is None:
+        return False
+    detail: dict[str, object] = {
+        "exit_code": update.exit_code,
+        "signal": fields.get("signal") or None,
+        "source": fields.get("source", ""),
+    }
+    if event.kind == streams.EXIT and event.time:
+        detail["exited_at"] = event.time  # when it ended, not when this was recorded
+    return await _record(session, job, row, update, detail)
 
 
 async def _record_checkpoint(session: AsyncSession, event: streams.LearnerEvent) -> None:
@@ -372,7 +398,7 @@ async def _record_checkpoint(session: AsyncSession, event: streams.LearnerEvent)
         await repo.add_event(session, event.job, "checkpoint", reason, detail)
 
 
-async def _reread(session: AsyncSession, locked: Locked) -> Locked:
+async def _reread(session: AsyncSession, locked: JobRows) -> JobRows:
     """The locked job after this transaction's own writes."""
     again = await lock(session, locked.job.id)
     assert again is not None  # the row is locked: nobody deleted it meanwhile
@@ -392,56 +418,71 @@ async def apply_cluster_view(
     `listed_at`: when `statuses` were listed. A learner whose row changed since (created
     again, or heard from) may be missing from the list only because the list is older: the
     list says nothing of it, and the next one will.
+
+    Most jobs need nothing on most passes: they are looked at without the row lock first,
+    and locked (and looked at again) only when there is something to do, so a sweep of
+    many jobs does not hold up the monitor.
     """
+    async with ctx.sessions() as session:
+        looked = await _look(session, job_id)
+        if looked is None:
+            return Observation()
+        seen, updates = _cluster_news(ctx, looked, statuses, listed_at)
+        if not updates and decide(job_view(looked.job, looked.views())).target is None:
+            return seen
     async with ctx.sessions.begin() as session:
         locked = await lock(session, job_id)
         if locked is None:
             return Observation()
-        job, rows = locked.job, locked.rows
-        current = {
-            s.learner: s
-            for s in statuses
-            if s.learner in rows and s.attempt == rows[s.learner].attempt
-        }
-        cluster = [
-            ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
-            for s in current.values()
-        ]
-        listed = [
-            view for view in locked.views() if not _changed_since(rows[view.index], listed_at)
-        ]
-        seen = observe_cluster(
-            job_view(job, listed),
-            cluster,
-            age=ctx.age(job.updated_at),
-            grace=ctx.timings.deploy_grace_s,
-            redeploy_after=ctx.timings.redeploy_after_s,
-        )
-        # Classed as the learner's own exit report classes it (the cluster keeps a copy):
-        # the same end decides the same way whichever of the two is read first.
-        updates = [
-            _after_exit(
-                job,
-                rows[s.index],
-                s.exit_code,
-                s.signal,
-                s.reason,
-                stopped=current[s.index].stopping or current[s.index].told_to_stop,
-                oom_killed=s.oom_killed,
-                last_line=current[s.index].last_line,
-            )
-            for s in seen.exits
-        ]
-        updates += [
-            LearnerView(i, LearnerState.FAILED, None, VANISHED, cause=Cause.VANISHED.value)
-            for i in seen.vanished
-        ]
+        seen, updates = _cluster_news(ctx, locked, statuses, listed_at)
         for update in updates:
-            if update is not None:
-                await _record(session, job, rows[update.index], update, {"source": "reconcile"})
+            row = locked.rows[update.index]
+            await _record(session, locked.job, row, update, {"source": "reconcile"})
         decisions = await settle(session, await _reread(session, locked))
     await carry_out(ctx, job_id, decisions)
     return seen
+
+
+def _cluster_news(
+    ctx: Context, known: JobRows, statuses: Sequence[LearnerStatus], listed_at: datetime | None
+) -> tuple[Observation, list[LearnerView]]:
+    """What the cluster shows of the job that its rows do not say yet, and the rows' updates."""
+    job, rows = known.job, known.rows
+    current = {
+        s.learner: s for s in statuses if s.learner in rows and s.attempt == rows[s.learner].attempt
+    }
+    cluster = [
+        ClusterLearner(s.learner, s.finished, s.exit_code, s.signal, s.reason, s.oom_killed)
+        for s in current.values()
+    ]
+    listed = [view for view in known.views() if not _changed_since(rows[view.index], listed_at)]
+    seen = observe_cluster(
+        job_view(job, listed),
+        cluster,
+        age=ctx.age(job.updated_at),
+        grace=ctx.timings.deploy_grace_s,
+        redeploy_after=ctx.timings.redeploy_after_s,
+    )
+    # Classed as the learner's own exit report classes it (the cluster keeps a copy): the
+    # same end decides the same way whichever of the two is read first.
+    ended = [
+        _after_exit(
+            job,
+            rows[s.index],
+            s.exit_code,
+            s.signal,
+            s.reason,
+            stopped=current[s.index].stopping or current[s.index].told_to_stop,
+            oom_killed=s.oom_killed,
+            last_line=current[s.index].last_line,
+        )
+        for s in seen.exits
+    ]
+    lost = [
+        LearnerView(i, LearnerState.FAILED, None, VANISHED, cause=Cause.VANISHED.value)
+        for i in seen.vanished
+    ]
+    return seen, [update for update in ended if update is not None] + lost
 
 
 def _changed_since(row: Learner, moment: datetime | None) -> bool:

@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from lifecycle_manager.context import Context, open_context
 from lifecycle_manager.heartbeats import check_heartbeats
-from lifecycle_manager.learner_reports import apply_learner_event
+from lifecycle_manager.learner_reports import apply_learner_events
 from lifecycle_manager.liveness import Heartbeat
 from storage import streams
 from storage.migrate import upgrade
@@ -41,6 +41,7 @@ CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
 HEARTBEAT_CHECK_EVERY_S = 1.0
 MAX_FAILURES = 5  # an event that fails this often is logged and dropped
+FAILURE_PAUSE_S = 0.5  # after a step in which an event failed, before the next
 DRAIN_ON_STOP_S = 5.0
 DRAIN_BLOCK_MS = 100
 
@@ -116,22 +117,49 @@ class Monitor:
         await self.handle(entries)
 
     async def handle(self, entries: Entries) -> int:
+        """Apply a batch, each job's events together; returns how many were handled. An
+        event that fails holds up only its own job: it is read again on the next step, and
+        dropped after MAX_FAILURES."""
         handled = 0
-        for entry_id, event in entries:
-            try:
-                await apply_learner_event(self.ctx, event)
-            except Exception:
-                self.failures[entry_id] += 1
-                log.exception("monitor: event %s failed (%s)", entry_id, event)
-                if self.failures[entry_id] < MAX_FAILURES:
-                    self._backlog = True  # read it again on the next step
-                    await asyncio.sleep(0.5)
-                    return handled
-                log.error("monitor: dropping event %s after %s failures", entry_id, MAX_FAILURES)
-            await streams.aack_learner_events(self.ctx.redis, CONSUMER_GROUP, [entry_id])
-            self.failures.pop(entry_id, None)
-            handled += 1
+        failed = False
+        for job_id, group in by_job(entries):
+            done = await self._apply(job_id, group)
+            handled += done
+            failed = failed or done < len(group)
+        if failed:
+            self._backlog = True  # read the failed events again on the next step
+            await asyncio.sleep(FAILURE_PAUSE_S)
         return handled
+
+    async def _apply(self, job_id: str, group: Entries) -> int:
+        """Apply and acknowledge one job's events; how many of them, in order, went."""
+        try:
+            await apply_learner_events(self.ctx, job_id, [event for _, event in group])
+        except Exception:
+            if len(group) > 1:  # find the event that fails: each on its own, in order
+                done = 0
+                while done < len(group) and await self._apply(job_id, [group[done]]):
+                    done += 1
+                return done
+            [(entry_id, event)] = group
+            self.failures[entry_id] += 1
+            log.exception("monitor: event %s failed (%s)", entry_id, event)
+            if self.failures[entry_id] < MAX_FAILURES:
+                return 0
+            log.error("monitor: dropping event %s after %s failures", entry_id, MAX_FAILURES)
+        ids = [entry_id for entry_id, _ in group]
+        await streams.aack_learner_events(self.ctx.redis, CONSUMER_GROUP, ids)
+        for entry_id in ids:
+            self.failures.pop(entry_id, None)
+        return len(group)
+
+
+def by_job(entries: Entries) -> list[tuple[str, Entries]]:
+    """The entries of each job, in the order they came, jobs in the order first seen."""
+    groups: dict[str, Entries] = {}
+    for entry in entries:
+        groups.setdefault(entry[1].job, []).append(entry)
+    return list(groups.items())
 
 
 async def serve(settings: Settings, consumer: str) -> None:

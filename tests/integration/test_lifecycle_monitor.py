@@ -12,7 +12,7 @@ import pytest
 from lifecycle_manager import liveness
 from lifecycle_manager.context import Context
 from lifecycle_manager.liveness import Heartbeat
-from lifecycle_manager.monitor import BLOCK_MS, Monitor
+from lifecycle_manager.monitor import BLOCK_MS, CONSUMER_GROUP, MAX_FAILURES, Monitor
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState
@@ -86,3 +86,44 @@ async def test_the_probe_sees_the_monitor_alive_and_then_hung(ctx: Context, tmp_
         stop.set()
         unblock.set()
         await asyncio.wait_for(task, timeout=15)
+
+
+async def test_a_job_whose_event_keeps_failing_holds_up_neither_its_other_events_nor_others(
+    ctx: Context,
+) -> None:
+    """A batch is applied a job at a time; an event that fails is tried alone, again on
+    later steps, and dropped after MAX_FAILURES, while everything else goes on."""
+    poisoned, healthy = await deploying_job(ctx), await deploying_job(ctx)
+    async with ctx.sessions.begin() as session:  # a manifest no restart policy can be read from
+        job = await repo.get_job_any(session, poisoned)
+        assert job is not None
+        job.manifest = {**job.manifest, "restart_policy": {"scope": "nonsense"}}
+    await streams.aensure_learner_group(ctx.redis, CONSUMER_GROUP)
+    monitor = Monitor(ctx, f"test-{secrets.token_hex(4)}")
+    await monitor.step(block_ms=None)  # its own backlog (none), then what others left
+    while await monitor.step(block_ms=None):
+        pass
+    for event in (
+        streams.status_event(poisoned, 1, 1, "DOWNLOADING"),
+        streams.exit_event(poisoned, 1, 1, 1, None, "exit code 1"),  # its failure cannot be judged
+        streams.status_event(healthy, 1, 1, "DOWNLOADING"),
+    ):
+        await streams.apublish_learner_event(ctx.redis, event)
+
+    assert await monitor.step(block_ms=None) == 2  # all but the failing event
+    assert await learner_state(ctx, poisoned) == "DOWNLOADING"  # the event before it went in
+    assert await learner_state(ctx, healthy) == "DOWNLOADING"
+    for _ in range(MAX_FAILURES - 2):  # the first try was the first failure
+        assert await monitor.step(block_ms=None) == 0  # tried again: failing again
+    assert await monitor.step(block_ms=None) == 1  # its last try: dropped
+    assert await monitor.step(block_ms=None) == 0  # nothing of it left
+    pending = await ctx.redis.xpending(streams.LEARNER_EVENTS, CONSUMER_GROUP)
+    assert pending["pending"] == 0 or monitor.consumer not in {
+        consumer["name"].decode() for consumer in pending["consumers"]
+    }
+
+
+async def learner_state(ctx: Context, job_id: str) -> str:
+    async with ctx.sessions() as session:
+        [row] = await repo.learners_of(session, job_id)
+    return row.state
