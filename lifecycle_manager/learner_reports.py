@@ -279,11 +279,22 @@ async def settle(session: AsyncSession, locked: JobRows) -> list[Decision]:
     return taken
 
 
-async def carry_out(ctx: Context, job_id: str, decisions: Sequence[Decision]) -> None:
-    """The side effects of applied decisions, after their transaction committed."""
+async def carry_out(ctx: Context, job_id: str, attempt: int, decisions: Sequence[Decision]) -> None:
+    """The side effects of decisions applied to the job's `attempt`, after their
+    transaction committed."""
     for decision in decisions:
-        await run_actions(ctx, job_id, decision.actions, decision.delay_s, decision.failed_learner)
-        if decision.target is not None and is_final(decision.target):
+        final = decision.target is not None and is_final(decision.target)
+        await run_actions(
+            ctx,
+            job_id,
+            decision.actions,
+            decision.delay_s,
+            decision.failed_learner,
+            # A halted or restarting job may have moved on to a newer attempt by now; a
+            # finished one never will, and what was made for it goes too.
+            up_to_attempt=None if final else attempt,
+        )
+        if final:
             try:
                 await streams.aretire_job_streams(ctx.redis, job_id)
             except RedisError as error:
@@ -296,6 +307,8 @@ async def run_actions(
     actions: Sequence[Action],
     delay_s: float = 0.0,
     failed_learner: int | None = None,
+    *,
+    up_to_attempt: int | None = None,
 ) -> None:
     restarting = Action.RESTART in actions
     grace = ctx.timings.restart_grace_s if restarting else None
@@ -304,9 +317,11 @@ async def run_actions(
             if action is Action.RESTART:
                 await ctx.schedule_recovery(job_id, delay_s)
             elif action is Action.STOP_LEARNERS:
-                await ctx.backend.delete_learners(job_id, grace=grace)
+                await ctx.backend.delete_learners(job_id, grace=grace, up_to_attempt=up_to_attempt)
             elif action is Action.STOP_FAILED_LEARNER and failed_learner is not None:
-                await ctx.backend.delete_learner_of(job_id, failed_learner, grace=grace)
+                await ctx.backend.delete_learner_of(
+                    job_id, failed_learner, grace=grace, up_to_attempt=up_to_attempt
+                )
         except BackendUnavailable as error:
             log.warning("job %s: could not stop learners (the reconcile will): %s", job_id, error)
 
@@ -344,7 +359,7 @@ async def apply_learner_events(
         if not changed:
             return
         decisions = await settle(session, locked)
-    await carry_out(ctx, job_id, decisions)
+    await carry_out(ctx, job_id, locked.job.attempt, decisions)
 
 
 async def _apply_event(session: AsyncSession, locked: JobRows, event: streams.LearnerEvent) -> bool:
@@ -439,7 +454,7 @@ async def apply_cluster_view(
             row = locked.rows[update.index]
             await _record(session, locked.job, row, update, {"source": "reconcile"})
         decisions = await settle(session, await _reread(session, locked))
-    await carry_out(ctx, job_id, decisions)
+    await carry_out(ctx, job_id, locked.job.attempt, decisions)
     return seen
 
 
@@ -502,7 +517,7 @@ async def settle_job(ctx: Context, job_id: str) -> None:
         if locked is None:
             return
         decisions = await settle(session, locked)
-    await carry_out(ctx, job_id, decisions)
+    await carry_out(ctx, job_id, locked.job.attempt, decisions)
 
 
 async def apply_silence(
@@ -528,4 +543,4 @@ async def apply_silence(
             )
             await _record(session, locked.job, row, update, {"source": "heartbeat"})
         decisions = await settle(session, await _reread(session, locked))
-    await carry_out(ctx, job_id, decisions)
+    await carry_out(ctx, job_id, locked.job.attempt, decisions)

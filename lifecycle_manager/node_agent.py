@@ -12,9 +12,10 @@ re-adopts the learners it started before.
 HTTP (JSON):
 - `PUT /learners/{name}` body `LearnerRequest` -> 201 started, 200 already there (idempotent)
 - `DELETE /learners/{name}?grace=S&wait=S`, `DELETE /jobs/{job}?grace=S&wait=S` and
-  `DELETE /jobs/{job}/learners/{n}?grace=S&wait=S` (learner n of every attempt): SIGTERM
-  the process group, SIGKILL after the grace; with `wait`, answer once they are gone (or the
-  wait ran out): `{"deleted": [names], "gone": bool}`
+  `DELETE /jobs/{job}/learners/{n}?grace=S&wait=S` (learner n of every attempt), both with
+  `&up_to_attempt=A` to spare attempts newer than A: SIGTERM the process group, SIGKILL
+  after the grace; with `wait`, answer once they are gone (or the wait ran out):
+  `{"deleted": [names], "gone": bool}`
 - `GET /learners[?job=J]` -> `{"learners": [...]}`, `GET /healthz`
 """
 
@@ -133,8 +134,10 @@ def create_app(table: LearnerTable) -> FastAPI:
         job: str,
         grace: Annotated[float | None, Query(ge=0)] = None,
         wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
+        up_to_attempt: Annotated[int | None, Query(ge=0)] = None,
     ) -> dict[str, Any]:
-        return _delete(table, [record.name for record in table.records(job)], grace, wait)
+        records = [r for r in table.records(job) if _up_to(r.attempt, up_to_attempt)]
+        return _delete(table, [record.name for record in records], grace, wait)
 
     @app.delete("/jobs/{job}/learners/{learner}")
     def delete_job_learner(
@@ -142,11 +145,20 @@ def create_app(table: LearnerTable) -> FastAPI:
         learner: int,
         grace: Annotated[float | None, Query(ge=0)] = None,
         wait: Annotated[float, Query(ge=0, le=600)] = 0.0,
+        up_to_attempt: Annotated[int | None, Query(ge=0)] = None,
     ) -> dict[str, Any]:
-        names = [record.name for record in table.records(job) if record.learner == learner]
+        names = [
+            record.name
+            for record in table.records(job)
+            if record.learner == learner and _up_to(record.attempt, up_to_attempt)
+        ]
         return _delete(table, names, grace, wait)
 
     return app
+
+
+def _up_to(attempt: int, up_to_attempt: int | None) -> bool:
+    return up_to_attempt is None or attempt <= up_to_attempt
 
 
 def _delete(

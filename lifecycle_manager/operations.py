@@ -193,15 +193,24 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
         restart = await repo.latest_event(session, job_id, "restart")
         scope = restart_scope(job)
         restarting = await restarting_learners(session, job)
+        failed_attempt = job.attempt
     if restart is not None:
         wait = float(restart.detail.get("delay_s", 0.0)) - ctx.age(restart.time)
         if wait > 0:
             return Outcome(f"backing off for {wait:.1f} s", retry_after=wait)
-    stop = {"wait": ctx.timings.stop_wait_s, "grace": ctx.timings.restart_grace_s}
+    # Only the failed attempt's: a recovery that raced this one may have deployed the next.
+    wait, grace = ctx.timings.stop_wait_s, ctx.timings.restart_grace_s
     if scope is RestartScope.GANG:
-        gone = await ctx.backend.delete_learners(job_id, **stop)
+        gone = await ctx.backend.delete_learners(
+            job_id, wait=wait, grace=grace, up_to_attempt=failed_attempt
+        )
     else:
-        stopped = [await ctx.backend.delete_learner_of(job_id, i, **stop) for i in restarting]
+        stopped = [
+            await ctx.backend.delete_learner_of(
+                job_id, i, wait=wait, grace=grace, up_to_attempt=failed_attempt
+            )
+            for i in restarting
+        ]
         gone = all(stopped)
     if not gone:
         return Outcome("waiting for the failed attempt's learners to stop", retry_after=0.5)
@@ -221,12 +230,17 @@ async def _mark_stopping(session: AsyncSession, job: Job) -> None:
             )
 
 
-async def _finish_halt(session: AsyncSession, job_id: str, reason: str) -> None:
-    """Every learner is gone: rows still STOPPING (or PENDING: never started, the job
-    waited for room) are STOPPED, the job HALTED."""
+async def _finish_halt(
+    session: AsyncSession, job_id: str, reason: str, attempt: int, desired: Desired
+) -> None:
+    """Every learner of `attempt` is gone: rows still STOPPING (or PENDING: never started,
+    the job waited for room) are STOPPED, the job HALTED; unless the job moved on
+    meanwhile (to another attempt, or another wish than `desired`)."""
     job = await repo.lock_job(session, job_id)
     if job is None or job.state not in (JobState.QUEUED, *ACTIVE_STATES):
         return  # already HALTED (the monitor saw the last exit), or finished meanwhile
+    if job.attempt != attempt or job.desired != desired:
+        return  # resumed (and deployed again) while the halt went on: that is its business
     for row in await repo.learners_of(session, job_id):
         if LearnerState(row.state) not in FINISHED:
             await repo.set_learner_state(
@@ -252,14 +266,16 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome("already halted")
         rows = await repo.learners_of(session, job_id)
         started = [r for r in rows if r.state not in (LearnerState.PENDING, *FINISHED)]
+        attempt = job.attempt
         if job.state == JobState.QUEUED and not started:  # a learner restart may keep some
-            await _finish_halt(session, job_id, "halted by user")
+            await _finish_halt(session, job_id, "halted by user", attempt, Desired.HALT)
             return Outcome("halted before it was deployed")
         await _mark_stopping(session, job)
-    if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
+    wait = ctx.timings.stop_wait_s
+    if not await ctx.backend.delete_learners(job_id, wait=wait, up_to_attempt=attempt):
         return Outcome("learners are stopping", retry_after=0.5)
     async with ctx.sessions.begin() as session:
-        await _finish_halt(session, job_id, "halted by user")
+        await _finish_halt(session, job_id, "halted by user", attempt, Desired.HALT)
     return Outcome("halted")
 
 
@@ -276,11 +292,13 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
         halting = job.state in ACTIVE_STATES and any(
             row.state in (LearnerState.STOPPING, LearnerState.STOPPED) for row in rows
         )
+        attempt = job.attempt
     if halting:
-        if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
+        wait = ctx.timings.stop_wait_s
+        if not await ctx.backend.delete_learners(job_id, wait=wait, up_to_attempt=attempt):
             return Outcome("waiting for the halted learners to stop", retry_after=0.5)
         async with ctx.sessions.begin() as session:
-            await _finish_halt(session, job_id, "halted; resuming")
+            await _finish_halt(session, job_id, "halted; resuming", attempt, Desired.RUN)
     async with ctx.sessions.begin() as session:
         job = await repo.lock_job(session, job_id)
         if job is not None and job.state == JobState.HALTED:

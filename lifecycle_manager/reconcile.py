@@ -152,7 +152,11 @@ async def _stop_unwanted(
         if not live:
             continue
         if facts is None or not facts.wants_learners:
-            await ctx.backend.delete_learners(job_id)
+            # A halted job may be resumed, and deployed again, after these facts were read:
+            # its newer attempt is spared. A gone or finished one is done with altogether.
+            halted = facts is not None and facts.state is JobState.HALTED and not facts.deleted
+            up_to = facts.attempt if facts is not None and halted else None
+            await ctx.backend.delete_learners(job_id, up_to_attempt=up_to)
             report.stopped.append(job_id)
             continue
         for learner in live:

@@ -94,12 +94,20 @@ class ClusterBackend(Protocol):
         ...
 
     async def delete_learners(
-        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        """Stop and remove every learner of a job (SIGTERM, then SIGKILL after a grace).
+        """Stop and remove the learners of a job (SIGTERM, then SIGKILL after a grace).
 
+        With `up_to_attempt`, only those of that attempt or an older one: an operation that
+        decided on an attempt leaves a newer one, deployed meanwhile, alone. Without it, the
+        job is done with, and what was made for it (a Secret, a Service) goes too.
         With `wait`, block up to that many seconds for them to be gone; returns whether
-        none of the job's learners is left. `grace` overrides the backend's default time
+        none of those learners is left. `grace` overrides the backend's default time
         between SIGTERM and SIGKILL (a restart cuts it short: the gang is broken anyway).
         """
         ...
@@ -109,11 +117,18 @@ class ClusterBackend(Protocol):
         ...
 
     async def delete_learner_of(
-        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        learner: int,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        """Stop and remove learner `learner` (1-based) of a job, whatever its attempt, and
-        leave the others running (a restart of that learner alone). `wait` and `grace` as
-        for `delete_learners`; returns whether none of that learner is left."""
+        """Stop and remove learner `learner` (1-based) of a job, of every attempt (up to
+        `up_to_attempt`), and leave the others running (a restart of that learner alone).
+        `wait`, `grace` and `up_to_attempt` as for `delete_learners`; returns whether none
+        of those is left."""
         ...
 
     async def list_learners(self) -> list[LearnerStatus]: ...

@@ -54,14 +54,23 @@ class LocalBackend:
         return response.status_code == 201
 
     async def delete_learners(
-        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        return await self._delete(f"/jobs/{job_id}", wait, grace)
+        return await self._delete(f"/jobs/{job_id}", wait, grace, up_to_attempt)
 
-    async def _delete(self, path: str, wait: float, grace: float | None) -> bool:
+    async def _delete(
+        self, path: str, wait: float, grace: float | None, up_to_attempt: int | None
+    ) -> bool:
         params: dict[str, float] = {"wait": wait}
         if grace is not None:
             params["grace"] = grace
+        if up_to_attempt is not None:
+            params["up_to_attempt"] = up_to_attempt
         response = await self._request("DELETE", path, params=params, timeout=wait + 10)
         return bool(response.json()["gone"])
 
@@ -69,9 +78,15 @@ class LocalBackend:
         await self._request("DELETE", f"/learners/{name}")
 
     async def delete_learner_of(
-        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        learner: int,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        return await self._delete(f"/jobs/{job_id}/learners/{learner}", wait, grace)
+        return await self._delete(f"/jobs/{job_id}/learners/{learner}", wait, grace, up_to_attempt)
 
     async def list_learners(self) -> list[LearnerStatus]:
         response = await self._request("GET", "/learners")

@@ -204,18 +204,39 @@ class SimulatedCluster:
         return "the simulated cluster is full" if self.full else None
 
     async def delete_learners(
-        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        return await self._delete([s for s in self.learners.values() if s.job_id == job_id])
+        return await self._delete(self._of(job_id, None, up_to_attempt))
 
     async def delete_learner(self, name: str) -> None:
         await self._delete([self.learners[name]] if name in self.learners else [])
 
     async def delete_learner_of(
-        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        learner: int,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        doomed = [s for s in self.learners.values() if (s.job_id, s.learner) == (job_id, learner)]
-        return await self._delete(doomed)
+        return await self._delete(self._of(job_id, learner, up_to_attempt))
+
+    def _of(
+        self, job_id: str, learner: int | None, up_to_attempt: int | None
+    ) -> list[SimulatedLearner]:
+        return [
+            s
+            for s in self.learners.values()
+            if s.job_id == job_id
+            and (learner is None or s.learner == learner)
+            and (up_to_attempt is None or s.attempt <= up_to_attempt)
+        ]
 
     async def _delete(self, doomed: list[SimulatedLearner]) -> bool:
         """Finished learners are forgotten at once; running ones stop when the test lets

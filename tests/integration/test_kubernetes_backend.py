@@ -16,6 +16,7 @@ from typing import Any
 
 from lifecycle_manager import operations
 from lifecycle_manager.context import Context
+from lifecycle_manager.learner_specs import learner_specs
 from lifecycle_manager.reconcile import reconcile
 from storage import jobs as repo
 from storage.job_states import JobState
@@ -354,6 +355,30 @@ async def test_delete_removes_every_object_the_job_created(
         for obj in emulator.objects(plural, namespace)
     ]
     assert sorted(remaining) == [other] * 4  # 2 pods, its Service and its Secret
+
+
+async def test_deleting_up_to_an_attempt_spares_a_newer_one_and_what_it_uses(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    job_id = await make_job(kube_ctx, "python train.py", learners=2)
+    await operations.deploy_job(kube_ctx, job_id)
+    specs = learner_specs(
+        job_id=job_id,
+        owner_id=1,
+        attempt=2,
+        num_learners=2,
+        manifest={"learners": 2, "framework": {"command": "python train.py"}},
+        settings=kube_ctx.settings,
+    )
+    await kube_ctx.backend.create_learners(specs[:1])  # learner 1 of a newer attempt
+    assert await kube_ctx.backend.delete_learners(job_id, up_to_attempt=1, wait=5)
+    assert await kube_ctx.backend.delete_learner_of(job_id, 1, up_to_attempt=1, wait=5)
+    names = {
+        plural: [obj["metadata"]["name"] for obj in emulator.objects(plural, namespace)]
+        for plural in ("pods", "services", "secrets")
+    }
+    assert names["pods"] == [f"dlaas-{job_id}-learner-1-a2"]
+    assert len(names["services"]) == len(names["secrets"]) == 1  # attempt 2 uses them
 
 
 async def test_api_errors_and_timeouts_mid_deploy_are_retried_without_duplicates(

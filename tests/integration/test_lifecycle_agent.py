@@ -208,6 +208,22 @@ def test_delete_stops_the_whole_process_group(agent: Agent, redis_client: redis.
     assert event.fields["reason"] == "killed by SIGTERM (deleted)"
 
 
+def test_a_delete_up_to_an_attempt_spares_the_newer_ones(agent: Agent) -> None:
+    job = new_job()
+    for learner, attempt in ((1, 1), (2, 1), (1, 2), (2, 3)):
+        put(agent, job, learner, ["sleep", "60"], attempt, num_learners=2)
+    older = {"wait": 5, "up_to_attempt": 1}
+    answer = httpx.delete(f"{agent.url}/jobs/{job}", params=older, timeout=10).json()
+    assert sorted(answer["deleted"]) == [learner_name(job, 1, 1), learner_name(job, 2, 1)]
+    assert answer["gone"]
+    one = httpx.delete(
+        f"{agent.url}/jobs/{job}/learners/2", params={"wait": 5, "up_to_attempt": 2}, timeout=10
+    ).json()
+    assert one == {"deleted": [], "gone": True}  # learner 2 runs attempt 3 now
+    left = sorted((item["learner"], item["attempt"]) for item in agent.learners(job))
+    assert left == [(1, 2), (2, 3)]
+
+
 def test_delete_kills_after_the_grace_what_ignores_sigterm(
     agent: Agent, redis_client: redis.Redis
 ) -> None:

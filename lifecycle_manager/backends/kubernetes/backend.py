@@ -7,7 +7,9 @@ in parallel. Every object has a deterministic name, and an
 object that already exists counts as created, so a deploy run again after a crash, a timeout
 or a 5xx creates only what is missing. Deleting a job deletes its pods (with the stop grace)
 and then its Service and Secret; owner references would let the garbage collector finish
-the job if dlaas stopped half-way. Deleting one learner deletes its pods only.
+the job if dlaas stopped half-way. Deleting the learners of an attempt (and older ones), as
+a halt or a restart does, or one learner, deletes pods only: the job's next attempt uses the
+same Secret and Service.
 
 The client is synchronous; each call runs in a worker thread.
 """
@@ -25,6 +27,7 @@ from lifecycle_manager.backends.base import LearnerSpec, LearnerStatus, NoCapaci
 from lifecycle_manager.backends.kubernetes.admission import admit
 from lifecycle_manager.backends.kubernetes.client import Caller, api_client
 from lifecycle_manager.backends.kubernetes.manifests import (
+    ATTEMPT_LABEL,
     JOB_LABEL,
     LEARNER_LABEL,
     MANAGED_BY,
@@ -63,6 +66,16 @@ def _learner_of(pod: Mapping[str, Any]) -> int | None:
         return int(_labels(pod).get(LEARNER_LABEL, ""))
     except ValueError:
         return None
+
+
+def _up_to(pod: Mapping[str, Any], attempt: int | None) -> bool:
+    """Whether the pod is of `attempt` or an older one (any, when None)."""
+    if attempt is None:
+        return True
+    try:
+        return int(_labels(pod).get(ATTEMPT_LABEL, "")) <= attempt
+    except ValueError:
+        return True  # not one of ours to judge by attempt: as the job's
 
 
 class KubernetesBackend:
@@ -171,31 +184,50 @@ class KubernetesBackend:
     # -- delete ---------------------------------------------------------------------------
 
     async def delete_learners(
-        self, job_id: str, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
-        await self._delete_pods(await self._job_pods(job_id), grace)
-        root = root_name(job_id)
-        core = self.calls.core
-        await asyncio.gather(
-            asyncio.to_thread(
-                self.calls.delete, core.delete_namespaced_service, root, self.namespace
-            ),
-            asyncio.to_thread(
-                self.calls.delete,
-                core.delete_namespaced_secret,
-                root,
-                self.namespace,
-                propagation_policy="Background",
-            ),
-        )
-        return await self._gone(lambda: self._job_pods(job_id), wait)
+        async def pods() -> list[dict[str, Any]]:
+            return [p for p in await self._job_pods(job_id) if _up_to(p, up_to_attempt)]
+
+        await self._delete_pods(await pods(), grace)
+        if up_to_attempt is None:  # the job is done with: what was made for it goes too
+            root = root_name(job_id)
+            core = self.calls.core
+            await asyncio.gather(
+                asyncio.to_thread(
+                    self.calls.delete, core.delete_namespaced_service, root, self.namespace
+                ),
+                asyncio.to_thread(
+                    self.calls.delete,
+                    core.delete_namespaced_secret,
+                    root,
+                    self.namespace,
+                    propagation_policy="Background",
+                ),
+            )
+        return await self._gone(pods, wait)
 
     async def delete_learner_of(
-        self, job_id: str, learner: int, *, wait: float = 0.0, grace: float | None = None
+        self,
+        job_id: str,
+        learner: int,
+        *,
+        wait: float = 0.0,
+        grace: float | None = None,
+        up_to_attempt: int | None = None,
     ) -> bool:
         # The job's Secret and Service stay: its other learners still use them.
         async def pods() -> list[dict[str, Any]]:
-            return [p for p in await self._job_pods(job_id) if _learner_of(p) == learner]
+            return [
+                p
+                for p in await self._job_pods(job_id)
+                if _learner_of(p) == learner and _up_to(p, up_to_attempt)
+            ]
 
         await self._delete_pods(await pods(), grace)
         return await self._gone(pods, wait)
