@@ -25,6 +25,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from lifecycle_manager.backends.base import OOM_KILLED_FIELD, BackendUnavailable, LearnerStatus
 from lifecycle_manager.context import Context
@@ -104,6 +105,13 @@ async def _look(session: AsyncSession, job_id: str) -> JobRows | None:
     return await _with_learners(session, await repo.get_job_any(session, job_id))
 
 
+def _remember(row: Job | Learner, **values: object) -> None:
+    """What this transaction just wrote to a locked row, so the rest of it decides on that
+    without reading the row again."""
+    for name, value in values.items():
+        set_committed_value(row, name, value)
+
+
 async def _with_learners(session: AsyncSession, job: Job | None) -> JobRows | None:
     if job is None:
         return None
@@ -128,6 +136,17 @@ async def _record(
         cause=update.cause,
         last_line=update.last_line,
     )
+    if changed:
+        _remember(
+            row,
+            state=update.state.value,
+            exit_code=update.exit_code,
+            reason=update.reason,
+            signal=update.signal,
+            oom_killed=update.oom_killed,
+            cause=update.cause,
+            last_line=update.last_line,
+        )
     if changed and update.state in ENDING and update.state is not LearnerState.STOPPING:
         await repo.add_event(
             session,
@@ -245,6 +264,7 @@ async def _apply(session: AsyncSession, job: Job, decision: Decision, counted: b
         )
         if not result.changed:
             return False
+        _remember(job, state=state.value, reason=decision.reason, **changes)
     return True
 
 
@@ -271,7 +291,8 @@ async def settle(session: AsyncSession, locked: JobRows) -> list[Decision]:
             taken.append(decision)
             if verdict is not None:
                 await repo.add_event(session, job.id, verdict.event, verdict.reason, verdict.detail)
-        again = await lock(session, job.id)
+            continue  # the locked rows know what was written: decide again on them
+        again = await lock(session, job.id)  # refused: read what the job is, decide again
         if again is None:
             return taken
         locked = again
@@ -339,10 +360,23 @@ def _oom_killed(fields: Mapping[str, str]) -> bool | None:
     return value == "1" if value else None
 
 
+@dataclass(frozen=True)
+class Settled:
+    """Steps taken on a job's `attempt`, whose side effects are still to be carried out."""
+
+    job_id: str
+    attempt: int
+    decisions: list[Decision]
+
+    async def carry_out(self, ctx: Context) -> None:
+        await carry_out(ctx, self.job_id, self.attempt, self.decisions)
+
+
 async def apply_learner_events(
     ctx: Context, job_id: str, events: Sequence[streams.LearnerEvent]
-) -> None:
-    """Apply one job's events, in order, in one transaction, then settle the job once.
+) -> Settled | None:
+    """Record one job's events, in order, in one transaction, and settle the job once;
+    returns the steps taken, for the caller to carry out (`Settled.carry_out`).
 
     The monitor hands over what a batch read holds of each job together: a burst of
     learners reporting costs a transaction a job, not one an event.
@@ -350,16 +384,14 @@ async def apply_learner_events(
     async with ctx.sessions.begin() as session:
         locked = await lock(session, job_id)
         if locked is None:
-            return
+            return None
         changed = False
         for event in events:
-            if await _apply_event(session, locked, event):
-                changed = True
-                locked = await _reread(session, locked)
+            changed = await _apply_event(session, locked, event) or changed
         if not changed:
-            return
+            return None
         decisions = await settle(session, locked)
-    await carry_out(ctx, job_id, locked.job.attempt, decisions)
+    return Settled(job_id, locked.job.attempt, decisions)
 
 
 async def _apply_event(session: AsyncSession, locked: JobRows, event: streams.LearnerEvent) -> bool:
@@ -413,13 +445,6 @@ async def _record_checkpoint(session: AsyncSession, event: streams.LearnerEvent)
         await repo.add_event(session, event.job, "checkpoint", reason, detail)
 
 
-async def _reread(session: AsyncSession, locked: JobRows) -> JobRows:
-    """The locked job after this transaction's own writes."""
-    again = await lock(session, locked.job.id)
-    assert again is not None  # the row is locked: nobody deleted it meanwhile
-    return again
-
-
 async def apply_cluster_view(
     ctx: Context,
     job_id: str,
@@ -453,7 +478,7 @@ async def apply_cluster_view(
         for update in updates:
             row = locked.rows[update.index]
             await _record(session, locked.job, row, update, {"source": "reconcile"})
-        decisions = await settle(session, await _reread(session, locked))
+        decisions = await settle(session, locked)
     await carry_out(ctx, job_id, locked.job.attempt, decisions)
     return seen
 
@@ -542,5 +567,5 @@ async def apply_silence(
                 index, LearnerState.FAILED, None, reason, cause=Cause.HEARTBEAT.value
             )
             await _record(session, locked.job, row, update, {"source": "heartbeat"})
-        decisions = await settle(session, await _reread(session, locked))
+        decisions = await settle(session, locked)
     await carry_out(ctx, job_id, locked.job.attempt, decisions)

@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from lifecycle_manager.context import Context, open_context
 from lifecycle_manager.heartbeats import check_heartbeats
-from lifecycle_manager.learner_reports import apply_learner_events
+from lifecycle_manager.learner_reports import Settled, apply_learner_events
 from lifecycle_manager.liveness import Heartbeat
 from storage import streams
 from storage.migrate import upgrade
@@ -122,23 +122,30 @@ class Monitor:
         dropped after MAX_FAILURES."""
         handled = 0
         failed = False
+        side_effects: list[asyncio.Task[None]] = []
         for job_id, group in by_job(entries):
-            done = await self._apply(job_id, group)
+            done = await self._apply(job_id, group, side_effects)
             handled += done
             failed = failed or done < len(group)
+        # Each job's side effects (stopping learners, scheduling a restart) went on while
+        # the next jobs' events were recorded; the batch ends when they are all done.
+        await asyncio.gather(*side_effects)
         if failed:
             self._backlog = True  # read the failed events again on the next step
             await asyncio.sleep(FAILURE_PAUSE_S)
         return handled
 
-    async def _apply(self, job_id: str, group: Entries) -> int:
-        """Apply and acknowledge one job's events; how many of them, in order, went."""
+    async def _apply(
+        self, job_id: str, group: Entries, side_effects: list[asyncio.Task[None]]
+    ) -> int:
+        """Apply and acknowledge one job's events, and start carrying out the steps they
+        led to (into `side_effects`); how many of the events, in order, went."""
         try:
-            await apply_learner_events(self.ctx, job_id, [event for _, event in group])
+            settled = await apply_learner_events(self.ctx, job_id, [event for _, event in group])
         except Exception:
             if len(group) > 1:  # find the event that fails: each on its own, in order
                 done = 0
-                while done < len(group) and await self._apply(job_id, [group[done]]):
+                while done < len(group) and await self._apply(job_id, [group[done]], side_effects):
                     done += 1
                 return done
             [(entry_id, event)] = group
@@ -147,11 +154,21 @@ class Monitor:
             if self.failures[entry_id] < MAX_FAILURES:
                 return 0
             log.error("monitor: dropping event %s after %s failures", entry_id, MAX_FAILURES)
+        else:
+            if settled is not None and settled.decisions:
+                side_effects.append(asyncio.create_task(self._carry_out(settled)))
         ids = [entry_id for entry_id, _ in group]
         await streams.aack_learner_events(self.ctx.redis, CONSUMER_GROUP, ids)
         for entry_id in ids:
             self.failures.pop(entry_id, None)
         return len(group)
+
+    async def _carry_out(self, settled: Settled) -> None:
+        """A step's side effects; one that fails is taken again by the reconcile."""
+        try:
+            await settled.carry_out(self.ctx)
+        except Exception:
+            log.exception("monitor: carrying out %s", settled)
 
 
 def by_job(entries: Entries) -> list[tuple[str, Entries]]:
