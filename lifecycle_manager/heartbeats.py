@@ -63,12 +63,15 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
     `listening_since`: unix time since when the caller has heard Redis without a break.
     """
     async with ctx.sessions() as session:
-        jobs = await repo.jobs_in_states(session, WATCHED_JOBS)
+        jobs = [
+            job
+            for job in await repo.jobs_in_states(session, WATCHED_JOBS)
+            if job.desired == Desired.RUN and job.deleted_at is None
+        ]
+        learners = await repo.learners_of_jobs(session, [job.id for job in jobs])
         watched = []
         for job in jobs:
-            if job.desired != Desired.RUN or job.deleted_at is not None:
-                continue
-            rows = await repo.learners_of(session, job.id)
+            rows = learners[job.id]
             beats = [
                 LearnerBeat(
                     row.index, LearnerState(row.state), time.time() - ctx.age(row.updated_at)
@@ -79,8 +82,9 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
             attempts = {row.index: row.attempt for row in rows}
             watched.append((job.id, beats, timeout, attempts))
     touched = []
+    heard_of = await streams.aget_heartbeats_of(ctx.redis, [job_id for job_id, *_ in watched])
     for job_id, beats, timeout, attempts in watched:
-        heard = await streams.aget_heartbeats(ctx.redis, job_id)
+        heard = heard_of[job_id]
         silent = silent_learners(
             beats, heard, now=time.time(), timeout_s=timeout, listening_since=listening_since
         )

@@ -223,6 +223,22 @@ async def learners_of(session: AsyncSession, job_id: str) -> Sequence[Learner]:
     return (await session.execute(query)).scalars().all()
 
 
+async def learners_of_jobs(
+    session: AsyncSession, job_ids: Collection[str]
+) -> dict[str, list[Learner]]:
+    """`learners_of` many jobs in one query."""
+    found: dict[str, list[Learner]] = {job_id: [] for job_id in job_ids}
+    if found:
+        query = (
+            select(Learner)
+            .where(Learner.job_id.in_(list(found)))
+            .order_by(Learner.job_id, Learner.index)
+        )
+        for row in (await session.execute(query)).scalars():
+            found[row.job_id].append(row)
+    return found
+
+
 async def reset_learners(
     session: AsyncSession,
     job_id: str,

@@ -581,6 +581,17 @@ async def aget_heartbeats(redis: AsyncRedis, job_id: str) -> dict[int, float]:
     return _heartbeats(await redis.hgetall(heartbeats_key(job_id)))
 
 
+async def aget_heartbeats_of(
+    redis: AsyncRedis, job_ids: Sequence[str]
+) -> dict[str, dict[int, float]]:
+    """`aget_heartbeats` of many jobs in one round trip."""
+    pipe = redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(heartbeats_key(job_id))
+    answers = await pipe.execute()
+    return {job_id: _heartbeats(answer) for job_id, answer in zip(job_ids, answers, strict=True)}
+
+
 async def adelete_job_streams(redis: AsyncRedis, job_id: str) -> int:
     return int(await redis.delete(*job_keys(job_id)))
 

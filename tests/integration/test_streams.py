@@ -261,6 +261,11 @@ async def test_async_heartbeats_and_cleanup(aredis: redis.asyncio.Redis, job_id:
     await streams.aset_heartbeat(aredis, job_id, 1, time=5.0)
     await streams.aappend_logs(aredis, job_id, [LogLine(1, "x", 1.0)])
     assert await streams.aget_heartbeats(aredis, job_id) == {1: 5.0}
+    silent = f"{job_id}-silent"
+    assert await streams.aget_heartbeats_of(aredis, [job_id, silent]) == {
+        job_id: {1: 5.0},
+        silent: {},
+    }
 
     assert await streams.adelete_job_streams(aredis, job_id) == 2
     assert await streams.aget_heartbeats(aredis, job_id) == {}
