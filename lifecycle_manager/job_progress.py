@@ -74,6 +74,7 @@ _JOB_RANK = {
 _JOB_STATE_AT_RANK = {1: JobState.DOWNLOADING, 2: JobState.RUNNING, 3: JobState.STORING}
 
 OOM_EXIT_CODE = 137
+HALTED_BY_USER = "halted by user"  # why a halt the user asked for moves its job to HALTED
 
 
 class Action(StrEnum):
@@ -174,7 +175,7 @@ def decide(job: JobView) -> Decision:
         if all(learner.state in FINISHED for learner in learners):
             # Learners that ended before the halt stopped them leave the job's other
             # objects (its Secret, its Service) for this step to remove.
-            return Decision(JobState.HALTED, "halted by user", (Action.STOP_LEARNERS,))
+            return Decision(JobState.HALTED, HALTED_BY_USER, (Action.STOP_LEARNERS,))
         return NO_CHANGE
     if any(learner.state in (LearnerState.STOPPING, LearnerState.STOPPED) for learner in learners):
         return NO_CHANGE  # a halt the user took back: resuming finishes it, then redeploys

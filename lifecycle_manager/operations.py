@@ -25,7 +25,7 @@ from lifecycle_manager.capacity_wait import (
     waiting_for_capacity,
 )
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import ENDING, FINISHED, LearnerState
+from lifecycle_manager.job_progress import ENDING, FINISHED, HALTED_BY_USER, LearnerState
 from lifecycle_manager.learner_reports import settle_job
 from lifecycle_manager.learner_restarts import (
     deploy_reason,
@@ -268,14 +268,14 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
         started = [r for r in rows if r.state not in (LearnerState.PENDING, *FINISHED)]
         attempt = job.attempt
         if job.state == JobState.QUEUED and not started:  # a learner restart may keep some
-            await _finish_halt(session, job_id, "halted by user", attempt, Desired.HALT)
+            await _finish_halt(session, job_id, HALTED_BY_USER, attempt, Desired.HALT)
             return Outcome("halted before it was deployed")
         await _mark_stopping(session, job)
     wait = ctx.timings.stop_wait_s
     if not await ctx.backend.delete_learners(job_id, wait=wait, up_to_attempt=attempt):
         return Outcome("learners are stopping", retry_after=0.5)
     async with ctx.sessions.begin() as session:
-        await _finish_halt(session, job_id, "halted by user", attempt, Desired.HALT)
+        await _finish_halt(session, job_id, HALTED_BY_USER, attempt, Desired.HALT)
     return Outcome("halted")
 
 

@@ -4,7 +4,7 @@ over a job's events and rows, shared by the convergence tests, the burst test an
 
 - the state events form one chain from QUEUED: each leaves the state the one before entered,
   by a move the transition table allows, so no transition is recorded twice and none is
-  skipped;
+  skipped; and no halt the user took back halts an attempt deployed since;
 - each learner attempt's exit is recorded once;
 - restarts that used the policy's `max_restarts` are no more than it allows, and the job's
   `restarts` counter says how many there were; where the reader knows the job's whole
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from lifecycle_manager.job_progress import HALTED_BY_USER
 from lifecycle_manager.restart_policy import Failure, RestartPolicy, decide_restart
 from storage.job_states import STOPPED_STATES, JobState, can_transition
 
@@ -76,14 +77,40 @@ def event_problems(events: Sequence[EventFacts]) -> list[str]:
                     f"event {number}: {event.from_state} -> {event.to_state} recorded while "
                     f"the job was {state}"
                 )
-            elif event.to_state is None or not can_transition(
-                JobState(state), JobState(event.to_state)
+            elif (
+                state is None
+                or event.to_state is None
+                or not can_transition(JobState(state), JobState(event.to_state))
             ):
                 problems.append(f"event {number}: {state} -> {event.to_state} is not allowed")
             state = event.to_state
     for (learner, attempt), count in sorted(_exits(events).items()):
         if count > 1:
             problems.append(f"learner {learner} of attempt {attempt} exited {count} times")
+    return problems + _halts_taken_back(events)
+
+
+def _halts_taken_back(events: Sequence[EventFacts]) -> list[str]:
+    """Moves to HALTED, by a halt its user took back, of an attempt deployed since: that
+    halt stopped learners it did not mean. (A halt taken back may still end the attempt it
+    was stopping: a resume that overtakes its halt finishes it, then deploys.)"""
+    problems = []
+    halting = redeployed = False
+    for number, event in enumerate(events):
+        if event.kind in ("halt_requested", "resume_requested"):
+            halting, redeployed = event.kind == "halt_requested", False
+        elif event.kind == "state" and event.to_state == JobState.DEPLOYING:
+            redeployed = not halting
+        elif (
+            event.kind == "state"
+            and event.to_state == JobState.HALTED
+            and event.reason == HALTED_BY_USER
+            and redeployed
+        ):
+            problems.append(
+                f"event {number}: {event.from_state} -> HALTED by a halt taken back, in an "
+                "attempt deployed since"
+            )
     return problems
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import select
 
 from api.auth import Principal
-from api.errors import DlaasError
-from api.services import jobs as api_jobs
-from lifecycle_manager import operations
 from lifecycle_manager.context import Context, Timings
 from lifecycle_manager.learner_reports import apply_silence
 from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
@@ -55,12 +51,19 @@ from storage import jobs as repo
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
 from storage.job_states import STOPPED_STATES, JobState
-from storage.models import JobEvent
 from storage.object_store import open_object_store
 from storage.settings import Settings
 from storage.users import create_user
 from tests import services
 from tests.integration import test_lifecycle_harness as harness
+from tests.integration.convergence import (
+    ShiftedClock,
+    TaskKind,
+    TaskQueue,
+    events_of_jobs,
+    job_events,
+    user_asks,
+)
 from tests.integration.simulated_cluster import SimulatedCluster, SimulatedLearner
 from tests.job_invariants import (
     EventFacts,
@@ -117,29 +120,6 @@ JOB_SHAPES = st.tuples(
 )
 
 
-class TaskKind:
-    DEPLOY = "deploy"
-    HALT = "halt"
-    RESUME = "resume"
-    DELETE = "delete"
-    RECOVER = "recover"
-
-
-OPERATIONS: dict[str, Callable[[Context, str], Awaitable[operations.Outcome]]] = {
-    TaskKind.DEPLOY: operations.deploy_job,
-    TaskKind.HALT: operations.halt_job,
-    TaskKind.RESUME: operations.resume_job,
-    TaskKind.DELETE: operations.delete_job,
-    TaskKind.RECOVER: operations.recover_job,
-}
-
-
-@dataclass(frozen=True)
-class Task:
-    kind: str
-    job_id: str
-
-
 @dataclass
 class JobModel:
     """What the test did to a job, from which its final state follows."""
@@ -147,46 +127,6 @@ class JobModel:
     max_restarts: int
     desired: str = "run"  # as the API last accepted: run, halt or delete
     failures: int = 0  # failures the test caused (non-zero exits, vanishing, hangs)
-
-
-class TaskQueue:
-    """The worker's queue: nudges from the API, restarts the monitor schedules, retries."""
-
-    def __init__(self) -> None:
-        self.tasks: list[Task] = []
-
-    def send(self, kind: str, job_id: str) -> None:
-        self.tasks.append(Task(kind, job_id))
-
-    # The API's `Nudger`, as the job services call it.
-    def deploy(self, job_id: str) -> None:
-        self.send(TaskKind.DEPLOY, job_id)
-
-    def halt(self, job_id: str) -> None:
-        self.send(TaskKind.HALT, job_id)
-
-    def resume(self, job_id: str) -> None:
-        self.send(TaskKind.RESUME, job_id)
-
-    def delete(self, job_id: str) -> None:
-        self.send(TaskKind.DELETE, job_id)
-
-
-@dataclass
-class ApiSide:
-    """What the job services use of the API's state."""
-
-    nudger: TaskQueue
-
-
-class ShiftedClock:
-    """Real time plus what the test let pass: rows and events are stamped in real time."""
-
-    def __init__(self) -> None:
-        self.shift = timedelta()
-
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) + self.shift
 
 
 @dataclass
@@ -289,37 +229,14 @@ class Convergence(RuleBasedStateMachine):
 
     async def _api(self, action: str, job_id: str) -> None:
         """A user's halt, resume or delete through the job services, as the route calls it."""
-        service = {
-            "halt": api_jobs.halt_job,
-            "resume": api_jobs.resume_job,
-            "delete": api_jobs.delete_job,
-        }[action]
-        side: Any = ApiSide(self.p.queue)
-        try:
-            async with self.p.ctx.sessions() as session:
-                await service(side, session, self.p.user, job_id)
-        except DlaasError:
-            return  # refused (finished, not halted, deleted): the user is told, nothing changes
-        self.p.jobs[job_id].desired = "run" if action == "resume" else action
+        if await user_asks(self.p.ctx, self.p.queue, self.p.user, action, job_id) is None:
+            self.p.jobs[job_id].desired = "run" if action == "resume" else action
 
     async def _user_acts(self, action: str, pick: int) -> None:
         if action != "nothing" and self.p.jobs:
             await self._api(action, self._job(pick))
 
     # -- the lifecycle manager's processes ---------------------------------------------------
-
-    async def _run_task(self, pick: int) -> None:
-        queue = self.p.queue.tasks
-        if not queue:
-            return
-        task = queue.pop(pick % len(queue))
-        try:
-            outcome = await OPERATIONS[task.kind](self.p.ctx, task.job_id)
-        except Exception:  # a Celery task retries on any error (`autoretry_for`)
-            queue.append(task)
-            return
-        if outcome.retry_after is not None:
-            queue.append(task)
 
     async def _act(self, actor: str, pick: int) -> None:
         p = self.p
@@ -328,10 +245,9 @@ class Convergence(RuleBasedStateMachine):
         elif actor == "reconcile":
             await reconcile(p.ctx)
         elif actor == "task":
-            await self._run_task(pick)
+            await p.queue.run_one(p.ctx, pick)
         elif actor == "task lost":
-            if p.queue.tasks:
-                p.queue.tasks.pop(pick % len(p.queue.tasks))
+            p.queue.lose(pick)
         elif actor.startswith("time passes"):
             p.clock.shift += timedelta(seconds=float(actor.split()[-1]))
         elif actor in ("cluster full", "cluster has room"):
@@ -432,7 +348,7 @@ class Convergence(RuleBasedStateMachine):
     def every_job_has_one_chain_of_events(self) -> None:
         if self.platform is None:
             return
-        for job_id, events in self.run(_events_of_jobs(self.p.ctx, list(self.p.jobs))).items():
+        for job_id, events in self.run(events_of_jobs(self.p.ctx, list(self.p.jobs))).items():
             assert not event_problems(events), (
                 f"{event_problems(events)}; {job_id}:\n{story(events)}"
             )
@@ -468,7 +384,7 @@ class Convergence(RuleBasedStateMachine):
                 await streams.apublish_learner_event(self.p.ctx.redis, cluster.deliver(0))
             self.p.clock.shift += timedelta(seconds=30)
             for _task in list(self.p.queue.tasks):
-                await self._run_task(0)
+                await self.p.queue.run_one(self.p.ctx, 0)
             while await self.p.monitor.step(block_ms=None):
                 pass
             await reconcile(self.p.ctx)
@@ -484,7 +400,7 @@ class Convergence(RuleBasedStateMachine):
                 return False
             if job.state == JobState.HALTED and job.desired == "run":
                 return False  # resumed: to be deployed again
-            events = await _events(self.p.ctx, job_id)
+            events = await job_events(self.p.ctx, job_id)
             if job.state == JobState.DELETED and not any(e.kind == "purged" for e in events):
                 return False
         return not self.p.cluster.learners
@@ -492,7 +408,7 @@ class Convergence(RuleBasedStateMachine):
     async def _check_settled(self) -> None:
         for job_id, model in self.p.jobs.items():
             job = await _load(self.p.ctx, job_id)
-            events = await _events(self.p.ctx, job_id)
+            events = await job_events(self.p.ctx, job_id)
             async with self.p.ctx.sessions() as session:
                 rows = await repo.learners_of(session, job_id)
             facts = JobFacts(
@@ -524,20 +440,6 @@ async def _load(ctx: Context, job_id: str) -> Any:
         job = await repo.get_job_any(session, job_id)
     assert job is not None
     return job
-
-
-async def _events_of_jobs(ctx: Context, job_ids: list[str]) -> dict[str, list[EventFacts]]:
-    query = select(JobEvent).where(JobEvent.job_id.in_(job_ids)).order_by(JobEvent.id)
-    events: dict[str, list[EventFacts]] = {job_id: [] for job_id in job_ids}
-    async with ctx.sessions() as session:
-        for event in (await session.execute(query)).scalars():
-            events[event.job_id].append(EventFacts.of(event))
-    return events
-
-
-async def _events(ctx: Context, job_id: str) -> list[EventFacts]:
-    async with ctx.sessions() as session:
-        return [EventFacts.of(event) for event in await repo.list_events(session, job_id)]
 
 
 def test_every_job_reaches_the_state_its_learners_and_its_user_dictate(
