@@ -5,7 +5,7 @@ delete as a user's request reaches them, a clock the test moves, and a job's eve
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from api.services import jobs as api_jobs
 from lifecycle_manager import operations
 from lifecycle_manager.context import Context
 from storage import jobs as repo
+from storage.job_states import STOPPED_STATES, JobState
 from storage.models import JobEvent
 from tests.job_invariants import EventFacts
 
@@ -135,3 +136,20 @@ async def events_of_jobs(ctx: Context, job_ids: list[str]) -> dict[str, list[Eve
         for event in (await session.execute(query)).scalars():
             events[event.job_id].append(EventFacts.of(event))
     return events
+
+
+async def jobs_settled(ctx: Context, job_ids: Iterable[str]) -> bool:
+    """Whether every job is stopped for good: not a halted job its user resumed (it is
+    to be deployed again), not a deleted job whose purge has not happened yet."""
+    for job_id in job_ids:
+        async with ctx.sessions() as session:
+            job = await repo.get_job_any(session, job_id)
+        assert job is not None
+        if JobState(job.state) not in STOPPED_STATES:
+            return False
+        if job.state == JobState.HALTED and job.desired == "run":
+            return False
+        events = await job_events(ctx, job_id)
+        if job.state == JobState.DELETED and not any(e.kind == "purged" for e in events):
+            return False
+    return True

@@ -66,7 +66,7 @@ from lifecycle_manager.reconcile import reconcile
 from lifecycle_manager.restart_policy import Cause, Failure, RestartPolicy, RestartScope
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import STOPPED_STATES, JobState
+from storage.job_states import JobState
 from storage.settings import Settings
 from tests import services
 from tests.integration import kube_harness
@@ -75,6 +75,7 @@ from tests.integration.convergence import (
     TaskKind,
     TaskQueue,
     job_events,
+    jobs_settled,
     user_asks,
 )
 from tests.integration.kube_harness import (
@@ -803,16 +804,7 @@ class KubeConvergence(RuleBasedStateMachine):
             return False
         if await asyncio.to_thread(self._pods):
             return False
-        for job_id in self.p.jobs:
-            job = await load(self.p.ctx, job_id)
-            if JobState(job.state) not in STOPPED_STATES:
-                return False
-            if job.state == JobState.HALTED and job.desired == "run":
-                return False  # resumed: to be deployed again
-            events = await job_events(self.p.ctx, job_id)
-            if job.state == JobState.DELETED and not any(e.kind == "purged" for e in events):
-                return False
-        return True
+        return await jobs_settled(self.p.ctx, self.p.jobs)
 
     async def _check_settled(self) -> None:
         for job_id, model in self.p.jobs.items():

@@ -50,7 +50,7 @@ from lifecycle_manager.reconcile import reconcile
 from storage import jobs as repo
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
-from storage.job_states import STOPPED_STATES, JobState
+from storage.job_states import JobState
 from storage.object_store import open_object_store
 from storage.settings import Settings
 from storage.users import create_user
@@ -62,6 +62,7 @@ from tests.integration.convergence import (
     TaskQueue,
     events_of_jobs,
     job_events,
+    jobs_settled,
     user_asks,
 )
 from tests.integration.simulated_cluster import SimulatedCluster, SimulatedLearner
@@ -394,16 +395,7 @@ class Convergence(RuleBasedStateMachine):
         raise AssertionError(f"jobs did not settle in {SETTLE_ROUNDS} rounds: {states}")
 
     async def _all_settled(self) -> bool:
-        for job_id in self.p.jobs:
-            job = await _load(self.p.ctx, job_id)
-            if JobState(job.state) not in STOPPED_STATES:
-                return False
-            if job.state == JobState.HALTED and job.desired == "run":
-                return False  # resumed: to be deployed again
-            events = await job_events(self.p.ctx, job_id)
-            if job.state == JobState.DELETED and not any(e.kind == "purged" for e in events):
-                return False
-        return not self.p.cluster.learners
+        return await jobs_settled(self.p.ctx, self.p.jobs) and not self.p.cluster.learners
 
     async def _check_settled(self) -> None:
         for job_id, model in self.p.jobs.items():
