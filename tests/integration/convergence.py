@@ -17,10 +17,11 @@ from api.errors import DlaasError
 from api.services import jobs as api_jobs
 from lifecycle_manager import operations
 from lifecycle_manager.context import Context
+from lifecycle_manager.restart_policy import RestartPolicy
 from storage import jobs as repo
 from storage.job_states import STOPPED_STATES, JobState
 from storage.models import JobEvent
-from tests.job_invariants import EventFacts
+from tests.job_invariants import EventFacts, JobFacts
 
 
 class TaskKind:
@@ -142,9 +143,7 @@ async def jobs_settled(ctx: Context, job_ids: Iterable[str]) -> bool:
     """Whether every job is stopped for good: not a halted job its user resumed (it is
     to be deployed again), not a deleted job whose purge has not happened yet."""
     for job_id in job_ids:
-        async with ctx.sessions() as session:
-            job = await repo.get_job_any(session, job_id)
-        assert job is not None
+        job = await load_job(ctx, job_id)
         if JobState(job.state) not in STOPPED_STATES:
             return False
         if job.state == JobState.HALTED and job.desired == "run":
@@ -153,3 +152,38 @@ async def jobs_settled(ctx: Context, job_ids: Iterable[str]) -> bool:
         if job.state == JobState.DELETED and not any(e.kind == "purged" for e in events):
             return False
     return True
+
+
+async def load_job(ctx: Context, job_id: str) -> Any:
+    async with ctx.sessions() as session:
+        job = await repo.get_job_any(session, job_id)
+    assert job is not None
+    return job
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """What the database holds of a job once the run settled: its row, its learner rows
+    and its events."""
+
+    job: Any
+    learners: list[Any]
+    events: list[EventFacts]
+
+    def facts(self, max_restarts: int, policy: RestartPolicy | None = None) -> JobFacts:
+        return JobFacts(
+            state=self.job.state,
+            restarts=self.job.restarts,
+            max_restarts=max_restarts,
+            learner_states={row.index: row.state for row in self.learners},
+            events=self.events,
+            restart_policy=policy,
+        )
+
+
+async def read_stored_job(ctx: Context, job_id: str) -> StoredJob:
+    job = await load_job(ctx, job_id)
+    events = await job_events(ctx, job_id)
+    async with ctx.sessions() as session:
+        learners = list(await repo.learners_of(session, job_id))
+    return StoredJob(job, learners, events)

@@ -64,7 +64,6 @@ from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
 from lifecycle_manager.pod_watcher import Forwarder, deliver_one, start_watch
 from lifecycle_manager.reconcile import reconcile
 from lifecycle_manager.restart_policy import Cause, Failure, RestartPolicy, RestartScope
-from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState
 from storage.settings import Settings
@@ -76,6 +75,7 @@ from tests.integration.convergence import (
     TaskQueue,
     job_events,
     jobs_settled,
+    read_stored_job,
     user_asks,
 )
 from tests.integration.kube_harness import (
@@ -83,7 +83,7 @@ from tests.integration.kube_harness import (
     make_job,
     pods_of,
 )
-from tests.job_invariants import EventFacts, JobFacts, event_problems, settled_problems
+from tests.job_invariants import EventFacts, event_problems, settled_problems
 from tests.kube.emulator import RunningEmulator
 from tests.kube.kubelet import Kubelet
 
@@ -808,18 +808,9 @@ class KubeConvergence(RuleBasedStateMachine):
 
     async def _check_settled(self) -> None:
         for job_id, model in self.p.jobs.items():
-            job = await load(self.p.ctx, job_id)
-            events = await job_events(self.p.ctx, job_id)
-            async with self.p.ctx.sessions() as session:
-                rows = await repo.learners_of(session, job_id)
-            facts = JobFacts(
-                state=job.state,
-                restarts=job.restarts,
-                max_restarts=model.policy.max_restarts,
-                learner_states={row.index: row.state for row in rows},
-                events=events,
-                restart_policy=model.policy,
-            )
+            stored = await read_stored_job(self.p.ctx, job_id)
+            job, rows, events = stored.job, stored.learners, stored.events
+            facts = stored.facts(model.policy.max_restarts, model.policy)
             problems = settled_problems(facts)
             attempts = {row.index: row.attempt for row in rows}
             problems += self._state_problems(job_id, model, job.state, attempts, events)

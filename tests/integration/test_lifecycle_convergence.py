@@ -61,14 +61,14 @@ from tests.integration.convergence import (
     TaskKind,
     TaskQueue,
     events_of_jobs,
-    job_events,
     jobs_settled,
+    load_job,
+    read_stored_job,
     user_asks,
 )
 from tests.integration.simulated_cluster import SimulatedCluster, SimulatedLearner
 from tests.job_invariants import (
     EventFacts,
-    JobFacts,
     event_problems,
     settled_problems,
     story,
@@ -391,7 +391,7 @@ class Convergence(RuleBasedStateMachine):
             await reconcile(self.p.ctx)
             if await self._all_settled():
                 return
-        states = {job_id: (await _load(self.p.ctx, job_id)).state for job_id in self.p.jobs}
+        states = {job_id: (await load_job(self.p.ctx, job_id)).state for job_id in self.p.jobs}
         raise AssertionError(f"jobs did not settle in {SETTLE_ROUNDS} rounds: {states}")
 
     async def _all_settled(self) -> bool:
@@ -399,17 +399,9 @@ class Convergence(RuleBasedStateMachine):
 
     async def _check_settled(self) -> None:
         for job_id, model in self.p.jobs.items():
-            job = await _load(self.p.ctx, job_id)
-            events = await job_events(self.p.ctx, job_id)
-            async with self.p.ctx.sessions() as session:
-                rows = await repo.learners_of(session, job_id)
-            facts = JobFacts(
-                state=job.state,
-                restarts=job.restarts,
-                max_restarts=model.max_restarts,
-                learner_states={row.index: row.state for row in rows},
-                events=events,
-            )
+            stored = await read_stored_job(self.p.ctx, job_id)
+            job, events = stored.job, stored.events
+            facts = stored.facts(model.max_restarts)
             told = f"job {job_id} ({model}):\n{story(events)}"
             problems = settled_problems(facts)
             assert not problems, f"{problems}; {told}"
@@ -425,13 +417,6 @@ def _expected(model: JobModel, events: list[EventFacts]) -> str:
         return JobState.HALTED
     refused = any(event.kind == "restart_refused" for event in events)
     return JobState.FAILED if model.failures and refused else JobState.COMPLETED
-
-
-async def _load(ctx: Context, job_id: str) -> Any:
-    async with ctx.sessions() as session:
-        job = await repo.get_job_any(session, job_id)
-    assert job is not None
-    return job
 
 
 def test_every_job_reaches_the_state_its_learners_and_its_user_dictate(
