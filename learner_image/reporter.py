@@ -10,15 +10,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import redis
 
 from storage import streams
 from storage.exit_reports import ExitReport
-
-if TYPE_CHECKING:
-    from learner_image.log_tee import LogLine, TimedMetric
 
 EVENT_ATTEMPTS = 5
 CONNECT_ATTEMPTS = 3
@@ -76,22 +72,13 @@ class Reporter:
     def heartbeat(self) -> None:
         streams.set_heartbeat(self.client, self.job_id, self.learner)
 
-    def send(self, lines: Sequence[LogLine], metrics: Sequence[TimedMetric]) -> None:
-        if lines:
-            streams.append_logs(
-                self.client,
-                self.job_id,
-                [streams.LogLine(self.learner, line.text, line.time) for line in lines],
-            )
+    def send(
+        self, logs: Sequence[streams.LogBatch], metrics: Sequence[streams.MetricBatch]
+    ) -> None:
+        if logs:
+            streams.append_logs(self.client, self.job_id, logs)
         if metrics:
-            streams.append_metrics(
-                self.client,
-                self.job_id,
-                [
-                    streams.MetricRecord(self.learner, m.time, m.record.step, m.record.values)
-                    for m in metrics
-                ],
-            )
+            streams.append_metrics(self.client, self.job_id, metrics)
 
 
 def connect(redis_url: str, job_id: str, learner: int, attempt: int) -> Reporter:

@@ -67,7 +67,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from learner_image.background import Background, Periodic
 from learner_image.exit_report import describe_exit, signal_name
@@ -79,7 +80,7 @@ from storage.exit_reports import ExitReport
 if TYPE_CHECKING:
     import subprocess
 
-    from learner_image.log_tee import LogShipper
+    from learner_image.live_log import LearnerOutput
     from learner_image.reporter import Reporter
     from storage.object_store import ObjectStore
     from storage.settings import Settings
@@ -99,7 +100,7 @@ class Runner:
         self.child: subprocess.Popen[bytes] | None = None
         self._kill_timer: threading.Timer | None = None
         self.reporter: Reporter | None = None
-        self.shipper: LogShipper | None = None
+        self.shipper: LearnerOutput | None = None
         self.store: ObjectStore | None = None
         self.heartbeat: Periodic | None = None
         self._connecting: Background[Reporter] | None = None
@@ -214,11 +215,19 @@ class Runner:
         self.reporter.heartbeat()
 
     def _start_shipper(self) -> None:
-        from learner_image.log_tee import LogShipper
+        from learner_image.live_log import LearnerOutput
+        from learner_image.metric_lines import parse_metric_line
+        from learner_image.metrics_parser import MetricsParser, compile_patterns
 
         assert self.reporter is not None
         c = self.config
-        self.shipper = LogShipper(self.reporter, c.log_path, c.metrics_path, c.learner)
+        patterns = compile_patterns(c.metric_patterns)
+        parser = MetricsParser(patterns, parse_metric_line)
+        self.shipper = LearnerOutput(
+            self.reporter, c.log_path, c.metrics_path, c.learner, c.attempt, parser.parse
+        )
+        for problem in patterns.problems:
+            self.shipper.line(f"[dlaas] {problem}")
 
     def _prepare(self, settings: Settings) -> str | None:
         """Fetch the archive, the data and the newest checkpoint in parallel; the name of
@@ -277,6 +286,7 @@ class Runner:
             env=child_env(c, self.environ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
+            bufsize=0,
             stderr=subprocess.STDOUT,
             process_group=0,
             preexec_fn=die_with_parent(),
@@ -294,9 +304,6 @@ class Runner:
         """Tee the running command's output and sync its checkpoints until it ends, then
         store what it left and report how it ended."""
         from learner_image.checkpoint_sync import CheckpointUploader, stored_name
-        from learner_image.log_tee import read_lines
-        from learner_image.metric_lines import parse_metric_line
-        from learner_image.metrics_parser import MetricsParser, compile_patterns
 
         c = self.config
         shipper, reporter, store, child = self.shipper, self.reporter, self.store, self.child
@@ -308,10 +315,6 @@ class Runner:
             named = stored_name(restored, c.checkpoint_learner)
             shipper.line(f"[dlaas] learner {c.learner} resumes from checkpoint {named}")
             self._notify("the restore", reporter.restored, named)
-        patterns = compile_patterns(c.metric_patterns)
-        for problem in patterns.problems:
-            shipper.line(f"[dlaas] {problem}")
-        parser = MetricsParser(patterns, parse_metric_line)
 
         uploader: CheckpointUploader | None = None
         if c.uploads_checkpoints:
@@ -332,10 +335,7 @@ class Runner:
 
         def pump() -> None:
             assert child.stdout is not None
-            for text in read_lines(child.stdout):
-                shipper.line(text, parser.parse(text))
-                if text.strip():
-                    last_line[0] = text
+            last_line[0] = shipper.capture(child.stdout.fileno())
 
         reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
         reader.start()
@@ -396,13 +396,14 @@ class Runner:
             raise RunnerFailure(f"could not upload the results: {exc}") from exc
 
     def _upload_log(self) -> None:
+        """Upload the whole lines of the log and of the metrics file written so far."""
         c = self.config
         if self.shipper is None or self.store is None:
             return
-        self.shipper.flush_files()
-        self.store.put_file(c.log_key, c.log_path)
-        if c.metrics_path.stat().st_size > 0:
-            self.store.put_file(c.metrics_key, c.metrics_path)
+        log_bytes, metrics_bytes = self.shipper.stored_extent()
+        put_prefix(self.store, c.log_key, c.log_path, log_bytes)
+        if metrics_bytes > 0:
+            put_prefix(self.store, c.metrics_key, c.metrics_path, metrics_bytes)
 
     def _finish_logs(self) -> None:
         """Drain the live stream and upload the durable files (best effort)."""
@@ -480,6 +481,25 @@ def fetch_earlier_logs(store: ObjectStore, config: RunnerConfig) -> None:
             continue
         with contextlib.suppress(ObjectNotFound):
             store.get_file(key, path)
+
+
+def put_prefix(store: ObjectStore, key: str, path: Path, size: int) -> None:
+    """Store the first `size` bytes of a file that is still being appended to."""
+    from storage.object_store.atomic import read_full
+
+    class Prefix:
+        def __init__(self, f: BinaryIO) -> None:
+            self.f = f
+            self.left = size
+
+        def read(self, n: int = -1) -> bytes:
+            want = self.left if n < 0 else min(n, self.left)
+            data = read_full(self.f, want) if want else b""
+            self.left -= len(data)
+            return data
+
+    with open(path, "rb") as f:
+        store.put_stream(key, Prefix(f))  # type: ignore[arg-type]
 
 
 def group_stopped(pgid: int) -> bool:

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage import output_keys
+
 SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
 DIR_ENV = {
     "MODEL_DIR": "model",
@@ -65,11 +67,11 @@ class RunnerConfig:
 
     @property
     def log_key(self) -> str:
-        return f"jobs/{self.job_id}/logs/learner-{self.learner}.log"
+        return output_keys.log_key(self.job_id, self.learner)
 
     @property
     def metrics_key(self) -> str:
-        return f"jobs/{self.job_id}/metrics/learner-{self.learner}.jsonl"
+        return output_keys.metrics_key(self.job_id, self.learner)
 
 
 def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:

@@ -1,11 +1,19 @@
 """Redis streams that carry a job's live data: logs, metrics, learner events, heartbeats.
 
 Keys:
-    dlaas:job:{job_id}:logs         stream {"l": learner, "line": text, "t": unix time}
-    dlaas:job:{job_id}:metrics      stream {"l": learner, "m": json {"step": n|null, name: x}, "t"}
+    dlaas:job:{job_id}:logs         stream of line batches {"l": learner, "a": attempt,
+                                    "s": number of the first line, "t": unix time,
+                                    "lines": the lines joined by newlines}
+    dlaas:job:{job_id}:metrics      stream of point batches {"l", "a", "s": number of the first
+                                    point, "m": the points as lines of the metrics file}
     dlaas:job:{job_id}:heartbeats   hash   {learner: unix time}
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
+
+Lines and points are numbered per learner as in the learner's stored log and metrics file
+(`jobs/{id}/logs/learner-{n}.log`, `jobs/{id}/metrics/learner-{n}.jsonl`), 1-based and
+continuing across attempts, so a reader joins the stored part and the live tail without
+repeating or missing anything, and sees exactly how many lines a gap in the stream holds.
 
 Clients come from `client`/`async_client`, which survive a Redis restart; the consumer
 group helpers create the stream and group again when a restart lost them (`NOGROUP`). Key names and
@@ -17,13 +25,13 @@ Redis differs. Clients may use `decode_responses` or not: answers are decoded ei
 
 from __future__ import annotations
 
-import json
 import logging
 import time as clock
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
 from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
@@ -33,8 +41,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LEARNER_EVENTS: Final = "dlaas:learner-events"
-LOGS_MAXLEN: Final = 200_000
-METRICS_MAXLEN: Final = 200_000
+# Entries are batches of lines of at most `BATCH_BYTES` in all (or one longer line), or of at
+# most `METRIC_BATCH_POINTS` points, so a job's streams hold at most about 128 MB each, and a
+# quiet program's stream still its last 4000 lines.
+LOGS_MAXLEN: Final = 4_000
+METRICS_MAXLEN: Final = 4_000
+BATCH_BYTES: Final = 32 * 1024
+METRIC_BATCH_POINTS: Final = 500
 LEARNER_EVENTS_MAXLEN: Final = 100_000
 HEARTBEAT_TTL_SECONDS: Final = 24 * 3600
 # How long a finished job's live streams stay in Redis; its stored log and metrics remain.
@@ -74,9 +87,13 @@ def job_keys(job_id: str) -> tuple[str, str, str]:
 
 
 @dataclass(frozen=True)
-class LogLine:
+class LogBatch:
+    """Consecutive lines of one learner's log: `lines[0]` is line number `first`."""
+
     learner: int
-    line: str
+    attempt: int
+    first: int
+    lines: tuple[str, ...]
     time: float
 
 
@@ -86,6 +103,43 @@ class MetricRecord:
     time: float
     step: int | None
     values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MetricBatch:
+    """Consecutive points of one learner's metrics: `points[0]` is point number `first`. A
+    point is a line of the metrics file (`metric_line`), sent as the runner wrote it."""
+
+    learner: int
+    attempt: int
+    first: int
+    points: tuple[str, ...]
+
+    def records(self) -> list[MetricRecord]:
+        return [decode_metric_line(point, self.learner) for point in self.points]
+
+
+def metric_line(learner: int, time: float, step: int | None, values: Mapping[str, float]) -> str:
+    """A point as a line of the metrics file `jobs/{id}/metrics/learner-{n}.jsonl`:
+    `{"learner": n, "time": t, "step": s|null, "values": {name: x}}`."""
+    return orjson.dumps({"learner": learner, "time": time, "step": step, "values": values}).decode()
+
+
+def decode_metric_line(line: str | bytes, learner: int = 0) -> MetricRecord:
+    """A line of the metrics file; a damaged line decodes to what can be read."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raw = {}
+    if not isinstance(raw, dict):
+        raw = {}
+    step, at = raw.get("step"), raw.get("time")
+    return MetricRecord(
+        learner=_int(str(raw.get("learner", learner)), learner),
+        time=float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0,
+        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+        values=_values(raw.get("values")),
+    )
 
 
 @dataclass(frozen=True)
@@ -134,44 +188,56 @@ def checkpoint_event(
     return LearnerEvent(job, learner, attempt, CHECKPOINT, {"name": name}, _now(time))
 
 
-def encode_log_line(record: LogLine) -> dict[str, str]:
-    return {"l": str(record.learner), "line": record.line, "t": repr(float(record.time))}
+def encode_log_batch(batch: LogBatch) -> dict[str, str]:
+    return {
+        "l": str(batch.learner),
+        "a": str(batch.attempt),
+        "s": str(batch.first),
+        "t": repr(float(batch.time)),
+        "lines": "\n".join(batch.lines),
+    }
 
 
-def decode_log_line(fields: Mapping[Any, Any]) -> LogLine:
+def decode_log_batch(fields: Mapping[Any, Any]) -> LogBatch:
     """Decode a log entry; a damaged entry decodes to what can be read, never raises."""
     text = _text_fields(fields)
-    return LogLine(
-        learner=_int(text.get("l"), 0), line=text.get("line", ""), time=_float(text.get("t"))
+    return LogBatch(
+        learner=_int(text.get("l"), 0),
+        attempt=_int(text.get("a"), 0),
+        first=_int(text.get("s"), 1),
+        lines=tuple(text.get("lines", "").split("\n")),
+        time=_float(text.get("t")),
     )
 
 
-def encode_metric(record: MetricRecord) -> dict[str, str]:
-    values: dict[str, Any] = {"step": record.step}
-    values.update({name: float(x) for name, x in record.values.items() if name != "step"})
-    return {"l": str(record.learner), "m": json.dumps(values), "t": repr(float(record.time))}
-
-
-def decode_metric(fields: Mapping[Any, Any]) -> MetricRecord:
-    """Decode a metrics entry; non-numeric values are dropped, damage never raises."""
-    text = _text_fields(fields)
-    try:
-        parsed = json.loads(text.get("m", "{}"))
-    except ValueError:
-        parsed = {}
-    if not isinstance(parsed, dict):
-        parsed = {}
-    step = parsed.pop("step", None)
-    values = {
+def _values(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        return {}
+    return {
         str(name): float(x)
-        for name, x in parsed.items()
+        for name, x in raw.items()
         if isinstance(x, int | float) and not isinstance(x, bool)
     }
-    return MetricRecord(
+
+
+def encode_metric_batch(batch: MetricBatch) -> dict[str, str]:
+    return {
+        "l": str(batch.learner),
+        "a": str(batch.attempt),
+        "s": str(batch.first),
+        "m": "\n".join(batch.points),
+    }
+
+
+def decode_metric_batch(fields: Mapping[Any, Any]) -> MetricBatch:
+    """Decode a metrics entry; damage never raises."""
+    text = _text_fields(fields)
+    points = text.get("m", "")
+    return MetricBatch(
         learner=_int(text.get("l"), 0),
-        time=_float(text.get("t")),
-        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-        values=values,
+        attempt=_int(text.get("a"), 0),
+        first=_int(text.get("s"), 1),
+        points=tuple(points.split("\n")) if points else (),
     )
 
 
@@ -266,12 +332,12 @@ def _claimed_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | No
     return [(_text(entry_id), fields) for entry_id, fields in answer[1]]
 
 
-def _logs(answer: Any) -> list[tuple[StreamId, LogLine]]:
-    return [(i, decode_log_line(f or {})) for i, f in _stream_entries(answer)]
+def _logs(answer: Any) -> list[tuple[StreamId, LogBatch]]:
+    return [(i, decode_log_batch(f or {})) for i, f in _stream_entries(answer)]
 
 
-def _metrics(answer: Any) -> list[tuple[StreamId, MetricRecord]]:
-    return [(i, decode_metric(f or {})) for i, f in _stream_entries(answer)]
+def _metrics(answer: Any) -> list[tuple[StreamId, MetricBatch]]:
+    return [(i, decode_metric_batch(f or {})) for i, f in _stream_entries(answer)]
 
 
 def _events(
@@ -346,11 +412,11 @@ def async_client(url: str, **options: Any) -> AsyncRedis:
 # -- sync helpers (redis.Redis) ----------------------------------------------------------------
 
 
-def append_logs(redis: Redis, job_id: str, lines: Iterable[LogLine]) -> list[StreamId]:
-    """Append log lines in one round trip; returns their stream ids."""
+def append_logs(redis: Redis, job_id: str, batches: Iterable[LogBatch]) -> list[StreamId]:
+    """Append log batches in one round trip; returns their stream ids."""
     pipe = redis.pipeline(transaction=False)
-    for line in lines:
-        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_line(line), LOGS_MAXLEN))
+    for batch in batches:
+        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_batch(batch), LOGS_MAXLEN))
     return [_text(i) for i in pipe.execute()]
 
 
@@ -361,16 +427,16 @@ def read_logs(
     *,
     block_ms: int | None = None,
     count: int = 1000,
-) -> list[tuple[StreamId, LogLine]]:
-    """Log lines after `after`; with `block_ms`, wait that long for one if there are none
+) -> list[tuple[StreamId, LogBatch]]:
+    """Log batches after `after`; with `block_ms`, wait that long for one if there are none
     (0 waits forever). Pass the last id returned as the next `after`."""
     return _logs(redis.xread(**_xread_kwargs(logs_key(job_id), after, block_ms, count)))
 
 
-def append_metrics(redis: Redis, job_id: str, records: Iterable[MetricRecord]) -> list[StreamId]:
+def append_metrics(redis: Redis, job_id: str, batches: Iterable[MetricBatch]) -> list[StreamId]:
     pipe = redis.pipeline(transaction=False)
-    for record in records:
-        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric(record), METRICS_MAXLEN))
+    for batch in batches:
+        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric_batch(batch), METRICS_MAXLEN))
     return [_text(i) for i in pipe.execute()]
 
 
@@ -381,7 +447,7 @@ def read_metrics(
     *,
     block_ms: int | None = None,
     count: int = 1000,
-) -> list[tuple[StreamId, MetricRecord]]:
+) -> list[tuple[StreamId, MetricBatch]]:
     return _metrics(redis.xread(**_xread_kwargs(metrics_key(job_id), after, block_ms, count)))
 
 
@@ -472,10 +538,12 @@ def delete_job_streams(redis: Redis, job_id: str) -> int:
 # -- async helpers (redis.asyncio.Redis), same behaviour as the sync ones above ----------------
 
 
-async def aappend_logs(redis: AsyncRedis, job_id: str, lines: Iterable[LogLine]) -> list[StreamId]:
+async def aappend_logs(
+    redis: AsyncRedis, job_id: str, batches: Iterable[LogBatch]
+) -> list[StreamId]:
     pipe = redis.pipeline(transaction=False)
-    for line in lines:
-        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_line(line), LOGS_MAXLEN))
+    for batch in batches:
+        pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_batch(batch), LOGS_MAXLEN))
     return [_text(i) for i in await pipe.execute()]
 
 
@@ -486,16 +554,16 @@ async def aread_logs(
     *,
     block_ms: int | None = None,
     count: int = 1000,
-) -> list[tuple[StreamId, LogLine]]:
+) -> list[tuple[StreamId, LogBatch]]:
     return _logs(await redis.xread(**_xread_kwargs(logs_key(job_id), after, block_ms, count)))
 
 
 async def aappend_metrics(
-    redis: AsyncRedis, job_id: str, records: Iterable[MetricRecord]
+    redis: AsyncRedis, job_id: str, batches: Iterable[MetricBatch]
 ) -> list[StreamId]:
     pipe = redis.pipeline(transaction=False)
-    for record in records:
-        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric(record), METRICS_MAXLEN))
+    for batch in batches:
+        pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric_batch(batch), METRICS_MAXLEN))
     return [_text(i) for i in await pipe.execute()]
 
 
@@ -506,7 +574,7 @@ async def aread_metrics(
     *,
     block_ms: int | None = None,
     count: int = 1000,
-) -> list[tuple[StreamId, MetricRecord]]:
+) -> list[tuple[StreamId, MetricBatch]]:
     kwargs = _xread_kwargs(metrics_key(job_id), after, block_ms, count)
     return _metrics(await redis.xread(**kwargs))
 

@@ -1,19 +1,41 @@
-"""/v2/jobs/{id}/logs and /metrics: live from Redis streams, stored copies once finished."""
+"""/v2/jobs/{id}/logs and /metrics: the stored log and metrics, then the live tail."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, StateDep
+from api.errors import DlaasError
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
+from api.services.log_join import Position, decode_position
 
 router = APIRouter(prefix="/v2/jobs", tags=["logs"])
 
 
-@router.get("/{job_id}/logs", response_model=None)
+def _learners(count: int, learner: int | None) -> list[int]:
+    if learner is None:
+        return list(range(1, count + 1))
+    if not 1 <= learner <= count:
+        raise DlaasError(
+            f"learner {learner} does not exist: this job has learners 1..{count}",
+            field="learner",
+        )
+    return [learner]
+
+
+@router.get(
+    "/{job_id}/logs",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "the log as text, or with follow=true as Server-Sent Events",
+            "content": {"text/plain": {}, "text/event-stream": {}},
+        }
+    },
+)
 async def job_logs(
     job_id: str,
     request: Request,
@@ -21,22 +43,40 @@ async def job_logs(
     user: CurrentUser,
     follow: bool = Query(False, description="stream new lines as Server-Sent Events"),
     learner: int | None = Query(None, ge=1, description="only this learner's lines"),
-) -> StreamingResponse | PlainTextResponse:
+) -> StreamingResponse:
     async with state.sessions() as session:
-        await service.owned_job(session, user, job_id)
+        job = await service.owned_job(session, user, job_id)
+    learners = _learners(job.learners, learner)
     if not follow:
-        text = await logs_service.all_lines_text(state, job_id, learner)
-        return PlainTextResponse(text)
-    after = request.headers.get("last-event-id") or "0-0"
+        return StreamingResponse(
+            logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"
+        )
+    resume = request.headers.get("last-event-id")
+    try:
+        position = decode_position(resume) if resume else Position()
+    except ValueError as exc:
+        raise DlaasError(str(exc), field="Last-Event-ID") from None
     return StreamingResponse(
-        logs_service.follow_events(state, job_id, after, learner),
+        logs_service.follow_events(state, job_id, learners, position),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-@router.get("/{job_id}/metrics", response_model=MetricList)
-async def job_metrics(job_id: str, state: StateDep, user: CurrentUser) -> MetricList:
+@router.get(
+    "/{job_id}/metrics",
+    response_class=StreamingResponse,
+    responses={200: {"model": MetricList, "content": {"application/json": {}}}},
+)
+async def job_metrics(
+    job_id: str,
+    state: StateDep,
+    user: CurrentUser,
+    learner: int | None = Query(None, ge=1, description="only this learner's points"),
+) -> StreamingResponse:
     async with state.sessions() as session:
-        await service.owned_job(session, user, job_id)
-    return MetricList(metrics=await logs_service.metric_points(state, job_id))
+        job = await service.owned_job(session, user, job_id)
+    learners = _learners(job.learners, learner)
+    return StreamingResponse(
+        logs_service.metric_points_json(state, job_id, learners), media_type="application/json"
+    )

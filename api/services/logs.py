@@ -1,44 +1,71 @@
-"""Reading a job's logs and metrics: the Redis stream while it lives, stored files after."""
+"""Reading a job's logs and metrics: the stored objects first, then the live tail.
+
+A learner's stored log (`jobs/{id}/logs/learner-{n}.log`) holds its lines from the first;
+the runner stores it every 10 s and when the learner ends. The live stream holds recent
+batches of numbered lines. A reader streams the stored log, then the stream's lines beyond
+it (`api.services.log_join`), so it gets every line once, the whole log once the job has
+ended, and an exact notice where lines are missing. Nothing is read whole into memory.
+Metrics are read the same way from `jobs/{id}/metrics/learner-{n}.jsonl` and their stream.
+"""
 
 from __future__ import annotations
 
-import json
-import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import orjson
 from anyio import to_thread
 
-from api.schemas import MetricPoint
+from api.services.log_join import Numbered, Position, Taken, encode_position, gap_notice
 from api.state import ApiState
 from storage import jobs as repo
-from storage import streams
+from storage import output_keys, streams
 from storage.job_states import STOPPED_STATES, JobState
-from storage.object_store import ObjectStore
+from storage.object_store import ObjectNotFound, ObjectStore
 
-_LEARNER_FILE = re.compile(r"learner-(\d+)\.(log|jsonl)$")
 _BLOCK_MS = 1000
-_BATCH = 500
+_READ_ENTRIES = 64
+_STATE_CHECK_S = 0.5
+_CHUNK_BYTES = 1 << 20
 
 
-def _stored_files(objects: ObjectStore, prefix: str) -> list[tuple[int, str]]:
-    found = []
-    for info in objects.list(prefix):
-        match = _LEARNER_FILE.search(info.key)
-        if match:
-            found.append((int(match.group(1)), info.key))
-    return sorted(found)
+async def _stored_lines(
+    objects: ObjectStore, key: str, after: int
+) -> AsyncIterator[tuple[int, list[str]]]:
+    """The lines of a stored object after line `after`, in pieces: (number of the first,
+    lines)."""
 
+    def open_chunks() -> Iterator[bytes]:
+        try:
+            return iter(objects.iter_chunks(key, _CHUNK_BYTES))
+        except ObjectNotFound:
+            return iter(())
 
-def _stored_lines(objects: ObjectStore, job_id: str, learner: int | None) -> list[tuple[int, str]]:
-    lines: list[tuple[int, str]] = []
-    for index, key in _stored_files(objects, f"jobs/{job_id}/logs/"):
-        if learner is None or learner == index:
-            text = objects.get_bytes(key).decode("utf-8", "replace")
-            lines.extend((index, line) for line in text.splitlines())
-    return lines
+    def next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+        try:
+            return next(chunks, None)
+        except ObjectNotFound:
+            return None
+
+    chunks = await to_thread.run_sync(open_chunks)
+    number = 0
+    rest = b""
+    while True:
+        chunk = await to_thread.run_sync(next_chunk, chunks)
+        if chunk is None:
+            if not rest:
+                return
+            chunk, rest = rest + b"\n", b""
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        count = data.count(b"\n", 0, cut)
+        if number + count > after:
+            lines = data[:cut].decode("utf-8", errors="replace").split("\n")[:-1]
+            skip = max(0, after - number)
+            yield number + skip + 1, lines[skip:]
+        number += count
 
 
 async def _job_state(state: ApiState, job_id: str) -> JobState | None:
@@ -56,94 +83,148 @@ def _sse(data: dict[str, Any], event_id: str | None = None, event: str | None = 
     return head.encode() + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
-async def all_lines_text(state: ApiState, job_id: str, learner: int | None) -> str:
-    entries = await streams.aread_logs(state.redis, job_id, count=1_000_000)
-    if entries:
-        chosen = [line.line for _, line in entries if learner is None or line.learner == learner]
-    else:
-        stored = await to_thread.run_sync(_stored_lines, state.objects, job_id, learner)
-        chosen = [line for _, line in stored]
-    return "\n".join(chosen) + ("\n" if chosen else "")
+def _line_events(
+    position: Position, learner: int, first: int, lines: Sequence[str], when: float | None
+) -> list[bytes]:
+    events = []
+    for number, line in enumerate(lines, first):
+        position.moved_to(learner, number)
+        data = {"learner": learner, "line": line, "time": when}
+        events.append(_sse(data, encode_position(position)))
+    return events
 
 
-def _events_of(
-    entries: list[tuple[str, streams.LogLine]], after: str, learner: int | None
-) -> tuple[str, list[bytes]]:
-    """SSE events for stream entries, and the id to continue after."""
-    events: list[bytes] = []
-    for entry_id, line in entries:
-        after = entry_id
-        if learner is None or line.learner == learner:
-            data = {"learner": line.learner, "line": line.line, "time": line.time}
-            events.append(_sse(data, after))
-    return after, events
+def _taken_events(position: Position, taken: Taken[str], when: float) -> list[bytes]:
+    events = []
+    if taken.gap:
+        notice = gap_notice(taken.gap, live=True)
+        data = {"learner": taken.learner, "line": notice, "time": when, "gap": taken.gap}
+        events.append(_sse(data, encode_position(position) if not taken.items else None))
+    events.extend(_line_events(position, taken.learner, taken.first, taken.items, when))
+    return events
+
+
+def _log_batch(batch: streams.LogBatch) -> Numbered[str]:
+    return Numbered(batch.learner, batch.attempt, batch.first, batch.lines)
 
 
 async def follow_events(
-    state: ApiState, job_id: str, after: str, learner: int | None
+    state: ApiState, job_id: str, learners: Sequence[int], position: Position
 ) -> AsyncIterator[bytes]:
-    """Server-Sent Events of the job's log lines until the job stops (final, or HALTED)
-    and its lines are drained; the `end` event names the state it stopped in."""
-    key = streams.logs_key(job_id)
-    if after == "0-0" and not await state.redis.exists(key):
-        job_state = await _job_state(state, job_id)
-        if job_state in STOPPED_STATES:
-            stored = await to_thread.run_sync(_stored_lines, state.objects, job_id, learner)
-            for index, line in stored:
-                yield _sse({"learner": index, "line": line, "time": None})
-            yield _sse({"state": str(job_state)}, event="end")
-            return
+    """Server-Sent Events of the job's log lines from `position`: the stored log, then the
+    live stream, until the job stops (final, or HALTED) and its lines are drained, then any
+    stored lines beyond the last one delivered; the `end` event names the state it stopped
+    in. Every line's event id is the position after it."""
+    for learner in learners:
+        key = output_keys.log_key(job_id, learner)
+        async for first, lines in _stored_lines(state.objects, key, position.of(learner)):
+            yield b"".join(_line_events(position, learner, first, lines, None))
+    after: streams.StreamId = "0-0"
     last_state_check = 0.0
+    wanted = set(learners)
+    draining = False
+    final_state = JobState.DELETED
     while True:
         entries = await streams.aread_logs(
-            state.redis, job_id, after, block_ms=_BLOCK_MS, count=_BATCH
+            state.redis,
+            job_id,
+            after,
+            block_ms=None if draining else _BLOCK_MS,
+            count=_READ_ENTRIES,
         )
-        after, events = _events_of(entries, after, learner)
+        events: list[bytes] = []
+        for entry_id, batch in entries:
+            after = entry_id
+            if batch.learner in wanted:
+                taken = position.take(_log_batch(batch))
+                events.extend(_taken_events(position, taken, batch.time))
         if events:
             yield b"".join(events)
-            if len(events) >= _BATCH:
-                continue
+        if len(entries) >= _READ_ENTRIES:
+            continue
+        if draining:
+            # Lines the live view missed at the very end are in the stored log by now.
+            for learner in learners:
+                key = output_keys.log_key(job_id, learner)
+                async for first, lines in _stored_lines(state.objects, key, position.of(learner)):
+                    yield b"".join(_line_events(position, learner, first, lines, None))
+            yield _sse({"state": str(final_state)}, event="end")
+            return
         now = time.monotonic()
-        if now - last_state_check < 0.5:
+        if now - last_state_check < _STATE_CHECK_S:
             continue
         last_state_check = now
         job_state = await _job_state(state, job_id)
         if job_state is None or job_state in STOPPED_STATES:
-            # Lines written just before the final state are in the stream already: drain them.
-            tail = await streams.aread_logs(state.redis, job_id, after, count=1_000_000)
-            after, events = _events_of(tail, after, learner)
-            if events:
-                yield b"".join(events)
-            yield _sse({"state": str(job_state or JobState.DELETED)}, event="end")
+            # Lines written before the final state are in the stream already: drain them.
+            final_state = job_state or JobState.DELETED
+            draining = True
+
+
+async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> AsyncIterator[bytes]:
+    """The job's log as text, learner after learner: each one's stored log, then the lines
+    of the live stream beyond it."""
+    for learner in learners:
+        position = Position()
+        key = output_keys.log_key(job_id, learner)
+        async for first, lines in _stored_lines(state.objects, key, 0):
+            position.moved_to(learner, first + len(lines) - 1)
+            yield "".join(line + "\n" for line in lines).encode()
+        async for taken in _live_taken(state, job_id, learner, position):
+            text = gap_notice(taken.gap, live=False) + "\n" if taken.gap else ""
+            yield (text + "".join(line + "\n" for line in taken.items)).encode()
+
+
+async def _live_taken(
+    state: ApiState, job_id: str, learner: int, position: Position, metrics: bool = False
+) -> AsyncIterator[Taken[str]]:
+    """What the live log (or metrics) stream adds for one learner beyond `position`."""
+    after: streams.StreamId = "0-0"
+    while True:
+        batches: list[Numbered[str]] = []
+        if metrics:
+            points = await streams.aread_metrics(state.redis, job_id, after, count=_READ_ENTRIES)
+            after = points[-1][0] if points else after
+            batches = [Numbered(m.learner, m.attempt, m.first, m.points) for _, m in points]
+        else:
+            logs = await streams.aread_logs(state.redis, job_id, after, count=_READ_ENTRIES)
+            after = logs[-1][0] if logs else after
+            batches = [_log_batch(batch) for _, batch in logs]
+        for numbered in batches:
+            if numbered.learner == learner:
+                taken = position.take(numbered)
+                if taken.gap or taken.items:
+                    yield taken
+        if len(batches) < _READ_ENTRIES:
             return
 
 
-def _stored_metrics(objects: ObjectStore, job_id: str) -> list[MetricPoint]:
-    points = []
-    for index, key in _stored_files(objects, f"jobs/{job_id}/metrics/"):
-        for raw in objects.get_bytes(key).splitlines():
-            if raw.strip():
-                record = json.loads(raw)
-                points.append(
-                    MetricPoint(
-                        learner=index,
-                        time=float(record.get("time", 0.0)),
-                        step=record.get("step"),
-                        values=record.get("values", {}),
-                    )
-                )
-    return points
+def _point(line: str, learner: int) -> bytes:
+    record = streams.decode_metric_line(line, learner)
+    return orjson.dumps(
+        {"learner": learner, "time": record.time, "step": record.step, "values": record.values}
+    )
 
 
-async def metric_points(state: ApiState, job_id: str) -> list[MetricPoint]:
-    entries = await streams.aread_metrics(state.redis, job_id, count=1_000_000)
-    if not entries:
-        return await to_thread.run_sync(_stored_metrics, state.objects, job_id)
-    points = []
-    for _, record in entries:
-        points.append(
-            MetricPoint(
-                learner=record.learner, time=record.time, step=record.step, values=record.values
-            )
-        )
-    return points
+async def metric_points_json(
+    state: ApiState, job_id: str, learners: Sequence[int]
+) -> AsyncIterator[bytes]:
+    """`{"metrics": [...]}` learner after learner: the stored points, then the live ones
+    beyond them. A point whose line is damaged keeps what can be read of it."""
+    yield b'{"metrics":['
+    separator = b""
+    for learner in learners:
+        position = Position()
+        key = output_keys.metrics_key(job_id, learner)
+        async for first, lines in _stored_lines(state.objects, key, 0):
+            position.moved_to(learner, first + len(lines) - 1)
+            points = [_point(line, learner) for line in lines if line.strip()]
+            if points:
+                yield separator + b",".join(points)
+                separator = b","
+        async for taken in _live_taken(state, job_id, learner, position, metrics=True):
+            points = [_point(line, learner) for line in taken.items]
+            if points:
+                yield separator + b",".join(points)
+                separator = b","
+    yield b"]}"

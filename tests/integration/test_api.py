@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from api.services.log_join import Position, decode_position
 from api.services.logs import follow_events
 from storage import jobs as repo
 from storage import streams
@@ -192,13 +193,8 @@ async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
         job_id = (await submit(alice)).json()["id"]
         redis = Redis.from_url(redis_url)
         try:
-            await redis.xadd(
-                streams.logs_key(job_id),
-                streams.encode_log_line(streams.LogLine(1, "hello from 1", 1.0)),
-            )
-            await redis.xadd(
-                streams.logs_key(job_id),
-                streams.encode_log_line(streams.LogLine(2, "hello from 2", 2.0)),
+            await streams.aappend_logs(
+                redis, job_id, [_lines(1, 1, "hello from 1"), _lines(2, 1, "hello from 2")]
             )
             await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
             response = await alice.get(f"/v2/jobs/{job_id}/logs", params={"follow": "true"})
@@ -206,7 +202,8 @@ async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
             events = [block for block in response.text.split("\n\n") if block.strip()]
             data = [json.loads(b.split("data: ", 1)[1]) for b in events]
             assert [d.get("line") for d in data[:2]] == ["hello from 1", "hello from 2"]
-            assert events[0].startswith("id: ")
+            assert events[0].startswith("id: 1:1\n")
+            assert events[1].startswith("id: 1:1,2:1\n")
             assert "event: end" in events[-1]
             assert data[-1] == {"state": "COMPLETED"}
             only_two = await alice.get(
@@ -216,6 +213,9 @@ async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
             assert "hello from 2" in only_two.text
             plain = await alice.get(f"/v2/jobs/{job_id}/logs")
             assert plain.text == "hello from 1\nhello from 2\n"
+            no_such = await alice.get(f"/v2/jobs/{job_id}/logs", params={"learner": 3})
+            assert no_such.status_code == 400
+            assert no_such.json()["field"] == "learner"
         finally:
             await redis.delete(streams.logs_key(job_id))
             await redis.aclose()
@@ -234,24 +234,126 @@ async def test_logs_of_a_finished_job_fall_back_to_the_stored_log(api: Harness) 
         assert plain.text == "stored one\nstored two\n"
 
 
-async def test_metrics_come_from_the_stream_then_from_stored_files(
+def _lines(learner: int, first: int, *lines: str, attempt: int = 0) -> streams.LogBatch:
+    return streams.LogBatch(learner, attempt, first, lines, 1.0)
+
+
+def _points(learner: int, first: int, *steps: int) -> streams.MetricBatch:
+    points = tuple(streams.metric_line(learner, 3.0, s, {"loss": 1 / s}) for s in steps)
+    return streams.MetricBatch(learner, 0, first, points)
+
+
+async def test_a_running_jobs_log_is_its_stored_part_then_the_live_lines_beyond_it(
+    api: Harness, redis_url: str
+) -> None:
+    """The runner stores the log every 10 s; the stream holds recent numbered batches that
+    overlap the stored part, and may have lost older ones."""
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING)
+        stored = "".join(f"line {n}\n" for n in range(1, 301)).encode()
+        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/logs/learner-1.log", stored)
+        redis = Redis.from_url(redis_url)
+        try:
+            live = [_lines(1, n, *(f"line {k}" for k in range(n, n + 100))) for n in (201, 301)]
+            # The stream lost lines 401..449 of learner 1; learner 2 has nothing stored yet.
+            live.append(_lines(1, 450, "line 450"))
+            live.append(_lines(2, 1, "two 1", "two 2"))
+            await streams.aappend_logs(redis, job_id, live)
+            plain = (await alice.get(f"/v2/jobs/{job_id}/logs")).text.splitlines()
+            assert plain[:400] == [f"line {n}" for n in range(1, 401)]
+            assert plain[400].startswith("[dlaas] 49 lines are not stored yet")
+            assert plain[401:] == ["line 450", "two 1", "two 2"]
+
+            state = api.app.state.dlaas
+            followed = follow_events(state, job_id, [1, 2], Position())
+            events: list[dict[str, object]] = []
+            while len(events) < 404:
+                events += await _next_sse(followed)
+            assert [e["line"] for e in events[:400]] == [f"line {n}" for n in range(1, 401)]
+            assert events[400]["gap"] == 49
+            assert events[400]["line"] == (
+                "[dlaas] 49 lines skipped in the live view; `dlaas logs` has them"
+            )
+            assert [e["line"] for e in events[401:]] == ["line 450", "two 1", "two 2"]
+
+            # A follower that reconnects after line 350 of learner 1 gets the rest once.
+            again = follow_events(state, job_id, [1, 2], decode_position("1:350"))
+            got: list[dict[str, object]] = []
+            while len(got) < 54:
+                got += await _next_sse(again)
+            assert [e["line"] for e in got[:50]] == [f"line {n}" for n in range(351, 401)]
+            assert [e.get("gap") for e in got[50:]] == [49, None, None, None]
+            bad = await alice.get(
+                f"/v2/jobs/{job_id}/logs",
+                params={"follow": "true"},
+                headers={"Last-Event-ID": "1700000000000-0"},
+            )
+            assert bad.status_code == 400
+            assert bad.json()["field"] == "Last-Event-ID"
+        finally:
+            await redis.delete(streams.logs_key(job_id))
+            await redis.aclose()
+
+
+async def test_a_follow_gets_the_last_lines_from_the_stored_log_when_the_live_view_missed_them(
+    api: Harness, redis_url: str
+) -> None:
+    """Redis lost the runner's last batches (or the live view skipped them): the follower
+    still gets every line before `end`, from the log the runner stored before it exited."""
+    state = api.app.state.dlaas
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING)
+        redis = Redis.from_url(redis_url)
+        try:
+            await streams.aappend_logs(redis, job_id, [_lines(1, 1, "one", "two")])
+            followed = follow_events(state, job_id, [1, 2], Position())
+            assert [e["line"] for e in await _next_sse(followed)] == ["one", "two"]
+            key = f"jobs/{job_id}/logs/learner-1.log"
+            state.objects.put_bytes(key, b"one\ntwo\nthree\nlast words\n")
+            await _move_job(api, job_id, JobState.COMPLETED)
+            rest: list[dict[str, object]] = []
+            while not rest or "state" not in rest[-1]:
+                rest += await _next_sse(followed)
+            assert [e.get("line") for e in rest[:-1]] == ["three", "last words"]
+            assert rest[-1] == {"state": "COMPLETED"}
+        finally:
+            await redis.delete(streams.logs_key(job_id))
+            await redis.aclose()
+
+
+async def test_metrics_are_the_stored_points_then_the_live_ones_beyond_them(
     api: Harness, redis_url: str
 ) -> None:
     async with await api.new_user("alice") as alice:
         job_id = (await submit(alice)).json()["id"]
+        objects = api.app.state.dlaas.objects
+        stored = (
+            "".join(streams.metric_line(1, 4.0, s, {"loss": 1 / s}) + "\n" for s in (1, 2))
+            + '{"learner": 9, "time": "forged", "step": 3, "values": {"loss": "x", "acc": 1}}\n'
+        )
+        objects.put_bytes(f"jobs/{job_id}/metrics/learner-1.jsonl", stored.encode())
         redis = Redis.from_url(redis_url)
         try:
-            record = streams.encode_metric(streams.MetricRecord(1, 3.0, 7, {"loss": 0.5}))
-            await redis.xadd(streams.metrics_key(job_id), record)
-            live = (await alice.get(f"/v2/jobs/{job_id}/metrics")).json()["metrics"]
-            assert live == [{"learner": 1, "time": 3.0, "step": 7, "values": {"loss": 0.5}}]
+            await streams.aappend_metrics(
+                redis, job_id, [_points(1, 2, 2, 3, 4), _points(2, 1, 10)]
+            )
+            got = (await alice.get(f"/v2/jobs/{job_id}/metrics")).json()["metrics"]
+            assert [(p["learner"], p["step"]) for p in got] == [
+                (1, 1),
+                (1, 2),
+                (1, 3),
+                (1, 4),
+                (2, 10),
+            ]
+            assert got[2] == {"learner": 1, "time": 0.0, "step": 3, "values": {"acc": 1.0}}
+            assert got[3]["values"] == {"loss": 0.25}
+            two = (await alice.get(f"/v2/jobs/{job_id}/metrics", params={"learner": 2})).json()
+            assert [p["step"] for p in two["metrics"]] == [10]
         finally:
             await redis.delete(streams.metrics_key(job_id))
             await redis.aclose()
-        stored = json.dumps({"time": 4.0, "step": 9, "values": {"loss": 0.25}}).encode() + b"\n"
-        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/metrics/learner-2.jsonl", stored)
-        after = (await alice.get(f"/v2/jobs/{job_id}/metrics")).json()["metrics"]
-        assert after == [{"learner": 2, "time": 4.0, "step": 9, "values": {"loss": 0.25}}]
 
 
 async def test_results_are_listed_and_downloaded(api: Harness) -> None:
@@ -370,10 +472,10 @@ async def test_a_follow_ends_when_its_job_is_halted_or_deleted_from_elsewhere(
         try:
             for job_id in (halted, deleted):
                 await _move_job(api, job_id, JobState.DEPLOYING, JobState.RUNNING)
-                line = streams.LogLine(1, f"training {job_id}", 1.0)
-                await redis.xadd(streams.logs_key(job_id), streams.encode_log_line(line))
+                await streams.aappend_logs(redis, job_id, [_lines(1, 1, f"training {job_id}")])
             following = {
-                job_id: follow_events(state, job_id, "0-0", None) for job_id in (halted, deleted)
+                job_id: follow_events(state, job_id, [1, 2], Position())
+                for job_id in (halted, deleted)
             }
             for job_id, events in following.items():
                 assert (await _next_sse(events))[0]["line"] == f"training {job_id}"

@@ -161,7 +161,7 @@ async def test_deploy_creates_every_learner_with_its_environment(
 
 async def test_learners_exiting_zero_complete_the_job(ctx: Context, agent: Agent) -> None:
     job_id = await make_job(ctx, "exit 0", learners=2)
-    await streams.aappend_logs(ctx.redis, job_id, [streams.LogLine(1, "a line", 1.0)])
+    await streams.aappend_logs(ctx.redis, job_id, [streams.LogBatch(1, 0, 1, ("a line",), 1.0)])
     await operations.deploy_job(ctx, job_id)
     await watch(ctx, is_state(ctx, job_id, JobState.COMPLETED))
     job = await load(ctx, job_id)
@@ -272,7 +272,7 @@ async def test_delete_stops_learners_and_removes_objects_and_streams(
     for key in (f"jobs/{job_id}/model.zip", f"jobs/{job_id}/logs/learner-1.log"):
         ctx.objects.put_bytes(key, b"x")
     ctx.objects.put_bytes(f"jobs/{other_id}/model.zip", b"kept")
-    streams.append_logs(redis_client, job_id, [streams.LogLine(1, "hello", time.time())])
+    streams.append_logs(redis_client, job_id, [streams.LogBatch(1, 0, 1, ("hello",), time.time())])
     await operations.deploy_job(ctx, job_id)
     await set_job(ctx, job_id, desired="delete", deleted_at=utcnow())
 
@@ -424,5 +424,5 @@ async def test_the_real_runner_completes_a_job(
     states = [event.to_state for event in await _events(ctx, job_id) if event.kind == "state"]
     assert states[0] == JobState.DEPLOYING
     assert states[-1] == JobState.COMPLETED
-    lines = [line.line for _id, line in streams.read_logs(redis_client, job_id)]
+    lines = [line for _id, batch in streams.read_logs(redis_client, job_id) for line in batch.lines]
     assert "hello dlaas" in lines

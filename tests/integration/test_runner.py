@@ -98,10 +98,12 @@ class Learner:
         return exit_reports.read(self.exit_report_path)
 
     def lines(self) -> list[str]:
-        return [line.line for _, line in streams.read_logs(self.redis, self.job_id, count=10**6)]
+        batches = streams.read_logs(self.redis, self.job_id, count=10**6)
+        return [line for _, batch in batches for line in batch.lines]
 
     def metrics(self) -> list[streams.MetricRecord]:
-        return [m for _, m in streams.read_metrics(self.redis, self.job_id, count=10**6)]
+        batches = streams.read_metrics(self.redis, self.job_id, count=10**6)
+        return [m for _, batch in batches for m in batch.records()]
 
     def events(self) -> list[dict[str, str]]:
         found = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 import threading
 import time
@@ -14,7 +13,7 @@ import redis
 import redis.asyncio
 
 from storage import streams
-from storage.streams import LearnerEvent, LogLine, MetricRecord
+from storage.streams import LearnerEvent, LogBatch, MetricBatch, MetricRecord
 
 
 @pytest.fixture
@@ -36,13 +35,30 @@ def text_redis(redis_url: str) -> redis.Redis:
     return redis.Redis.from_url(redis_url, decode_responses=True)
 
 
+def line_batch(learner: int, first: int, *lines: str, attempt: int = 0) -> LogBatch:
+    return LogBatch(learner, attempt, first, lines, 1700000000.123456)
+
+
+def point_batch(learner: int, first: int, *records: MetricRecord) -> MetricBatch:
+    points = tuple(streams.metric_line(r.learner, r.time, r.step, r.values) for r in records)
+    return MetricBatch(learner, 0, first, points)
+
+
 def test_records_survive_encoding() -> None:
-    line = LogLine(2, "epoch 1 loss=0.25 ünïcode", 1700000000.123456)
-    assert streams.decode_log_line(streams.encode_log_line(line)) == line
-    metric = MetricRecord(1, 12.5, 40, {"loss": 0.25, "acc": 0.9})
-    assert streams.decode_metric(streams.encode_metric(metric)) == metric
-    no_step = MetricRecord(1, 12.5, None, {"loss": math.inf})
-    assert streams.decode_metric(streams.encode_metric(no_step)) == no_step
+    batch = line_batch(2, 41, "epoch 1 loss=0.25 ünïcode", "", "last", attempt=3)
+    assert streams.decode_log_batch(streams.encode_log_batch(batch)) == batch
+    metrics = point_batch(
+        1,
+        7,
+        MetricRecord(1, 12.5, 40, {"loss": 0.25, "acc": 0.9}),
+        MetricRecord(1, 12.5, None, {"loss": 2.0}),
+    )
+    decoded = streams.decode_metric_batch(streams.encode_metric_batch(metrics))
+    assert decoded == metrics
+    assert decoded.records() == [
+        MetricRecord(1, 12.5, 40, {"loss": 0.25, "acc": 0.9}),
+        MetricRecord(1, 12.5, None, {"loss": 2.0}),
+    ]
     event = streams.exit_event("training-x", 2, 3, 137, "SIGKILL", "OOMKilled", time=5.0)
     assert streams.decode_learner_event(streams.encode_learner_event(event)) == event
     encoded = {k.encode(): v.encode() for k, v in streams.encode_learner_event(event).items()}
@@ -50,13 +66,11 @@ def test_records_survive_encoding() -> None:
 
 
 def test_damaged_records_decode_without_raising() -> None:
-    assert streams.decode_log_line({b"line": b"x"}) == LogLine(0, "x", 0.0)
-    assert streams.decode_metric({"l": "1", "m": "not json", "t": "x"}) == MetricRecord(
-        1, 0.0, None, {}
-    )
-    assert streams.decode_metric({"m": '{"step": "7", "loss": "high", "ok": 1}'}).values == {
-        "ok": 1.0
-    }
+    assert streams.decode_log_batch({b"lines": b"x"}) == LogBatch(0, 0, 1, ("x",), 0.0)
+    damaged = streams.decode_metric_batch({"l": "1", "m": "not json\n[1]"})
+    assert damaged.records() == [MetricRecord(1, 0.0, None, {}), MetricRecord(1, 0.0, None, {})]
+    odd = '{"step": "7", "time": true, "values": {"loss": "high", "ok": 1}}'
+    assert streams.decode_metric_line(odd, 2) == MetricRecord(2, 0.0, None, {"ok": 1.0})
     with pytest.raises(ValueError, match="not a learner event"):
         streams.decode_learner_event({"job": "j"})
 
@@ -80,7 +94,7 @@ def test_key_names() -> None:
 def test_logs_append_in_one_batch_and_read_after_an_id(
     redis_client: redis.Redis, text_redis: redis.Redis, job_id: str
 ) -> None:
-    lines = [LogLine(1 + n % 2, f"line {n}", 1000.0 + n) for n in range(5)]
+    lines = [line_batch(1 + n % 2, 1 + n // 2, f"line {n}") for n in range(5)]
     ids = streams.append_logs(redis_client, job_id, lines)
 
     assert len(ids) == 5
@@ -107,7 +121,7 @@ def test_blocking_read_wakes_on_a_new_line(
     delays = []
     try:
         for n in range(TRIES):
-            got: list[tuple[float, list[tuple[str, LogLine]]]] = []
+            got: list[tuple[float, list[tuple[str, LogBatch]]]] = []
 
             def follow() -> None:
                 entries = streams.read_logs(reader, job_id, after="$", block_ms=5000)
@@ -117,10 +131,10 @@ def test_blocking_read_wakes_on_a_new_line(
             thread.start()
             time.sleep(0.1)  # the reader is blocked in XREAD by now
             sent = time.monotonic()
-            streams.append_logs(redis_client, job_id, [LogLine(1, f"wake {n}", time.time())])
+            streams.append_logs(redis_client, job_id, [line_batch(1, n + 1, f"wake {n}")])
             thread.join(5)
             woke, entries = got[0]
-            assert [line.line for _, line in entries] == [f"wake {n}"]
+            assert [batch.lines for _, batch in entries] == [(f"wake {n}",)]
             delays.append(woke - sent)
             if delays[-1] < PROMPT:
                 break
@@ -142,7 +156,7 @@ async def test_async_blocking_read_wakes_on_a_new_line(
             )
             await asyncio.sleep(0.1)
             sent = time.monotonic()
-            line = LogLine(2, f"async {n}", 1.0)
+            line = line_batch(2, n + 1, f"async {n}")
             ids = await streams.aappend_logs(aredis, job_id, [line])
             entries = await asyncio.wait_for(follow, 5)
             delays.append(time.monotonic() - sent)
@@ -164,8 +178,8 @@ def test_metrics_sync_and_async_read_the_same_records(
     redis_client: redis.Redis, job_id: str
 ) -> None:
     records = [
-        MetricRecord(1, 10.0, 1, {"loss": 1.5}),
-        MetricRecord(2, 11.0, None, {"accuracy": 0.5, "lr": 0.01}),
+        point_batch(1, 1, MetricRecord(1, 10.0, 1, {"loss": 1.5})),
+        point_batch(2, 1, MetricRecord(2, 11.0, None, {"accuracy": 0.5, "lr": 0.01})),
     ]
     ids = streams.append_metrics(redis_client, job_id, records)
 
@@ -174,7 +188,7 @@ def test_metrics_sync_and_async_read_the_same_records(
 
 
 async def test_async_metrics(aredis: redis.asyncio.Redis, job_id: str) -> None:
-    record = MetricRecord(1, 3.0, 7, {"loss": 0.5})
+    record = point_batch(1, 1, MetricRecord(1, 3.0, 7, {"loss": 0.5}))
     ids = await streams.aappend_metrics(aredis, job_id, [record])
     assert await streams.aread_metrics(aredis, job_id) == [(ids[0], record)]
 
@@ -259,7 +273,7 @@ def test_heartbeats(redis_client: redis.Redis, text_redis: redis.Redis, job_id: 
 
 async def test_async_heartbeats_and_cleanup(aredis: redis.asyncio.Redis, job_id: str) -> None:
     await streams.aset_heartbeat(aredis, job_id, 1, time=5.0)
-    await streams.aappend_logs(aredis, job_id, [LogLine(1, "x", 1.0)])
+    await streams.aappend_logs(aredis, job_id, [line_batch(1, 1, "x")])
     assert await streams.aget_heartbeats(aredis, job_id) == {1: 5.0}
     silent = f"{job_id}-silent"
     assert await streams.aget_heartbeats_of(aredis, [job_id, silent]) == {

@@ -1,0 +1,107 @@
+"""Joining a job's stored log (or metrics) with its live stream, line by line.
+
+Each learner's lines are numbered from 1 in its stored log, across attempts, and the live
+stream carries batches that say the number of their first line (`storage.streams`). A reader
+keeps, per learner, the number of the last line it delivered (`Position`): the stored part
+moves it, and of a live batch it delivers only the lines beyond it. A batch that starts
+further on than the next line is a gap (the runner skipped ahead, or the stream was trimmed
+before the reader got there), announced with its exact size. A new attempt numbers its lines
+from its own stored log, which may end before what an earlier attempt streamed live: the
+reader then follows the new attempt from its first line.
+
+The same `Position` names where a follower is (`encode_position`), so a reconnecting client
+resumes exactly where it stopped. Plain functions over plain data: no I/O here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_POSITION = re.compile(r"^(?:\d{1,6}:\d{1,15}(?:,\d{1,6}:\d{1,15})*)?$")
+
+
+@dataclass(frozen=True)
+class Numbered(Generic[T]):
+    """Consecutive items (lines or metric points) of one learner: `items[0]` is number
+    `first`."""
+
+    learner: int
+    attempt: int
+    first: int
+    items: Sequence[T]
+
+
+@dataclass
+class Taken(Generic[T]):
+    """What a batch adds for a reader: `gap` items it will never see live, then `items`
+    numbered from `first`."""
+
+    learner: int
+    gap: int
+    first: int
+    items: Sequence[T]
+
+
+@dataclass
+class Position:
+    """Per learner, the number of the last item delivered (or announced as skipped)."""
+
+    delivered: dict[int, int] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+
+    def of(self, learner: int) -> int:
+        return self.delivered.get(learner, 0)
+
+    def moved_to(self, learner: int, number: int) -> None:
+        self.delivered[learner] = number
+
+    def take(self, batch: Numbered[T]) -> Taken[T]:
+        """The part of `batch` this reader has not had, and the gap before it."""
+        learner = batch.learner
+        seen_attempt = self.attempts.get(learner)
+        last = self.of(learner)
+        if seen_attempt is not None and batch.attempt < seen_attempt:
+            return Taken(learner, 0, batch.first, ())  # a late batch of an attempt gone by
+        if seen_attempt is not None and batch.attempt > seen_attempt:
+            last = min(last, batch.first - 1)
+        self.attempts[learner] = batch.attempt
+        gap = max(0, batch.first - last - 1)
+        skip = max(0, last - batch.first + 1)
+        items = batch.items[skip:]
+        first = batch.first + skip
+        if items or gap:
+            self.delivered[learner] = first + len(items) - 1
+        return Taken(learner, gap, first, items)
+
+
+def encode_position(position: Position) -> str:
+    """`learner:last,learner:last` (learners with nothing delivered left out)."""
+    return ",".join(f"{learner}:{n}" for learner, n in sorted(position.delivered.items()) if n)
+
+
+def decode_position(text: str) -> Position:
+    """The position a client names; ValueError when the text is not one."""
+    text = text.strip()
+    if not _POSITION.match(text):
+        raise ValueError(
+            "Last-Event-ID must be the id of an event of this stream (learner:line,...)"
+        )
+    delivered: dict[int, int] = {}
+    for part in filter(None, text.split(",")):
+        learner, number = part.split(":")
+        delivered[int(learner)] = int(number)
+    return Position(delivered)
+
+
+def gap_notice(count: int, live: bool) -> str:
+    if live:
+        return f"[dlaas] {count:,} lines skipped in the live view; `dlaas logs` has them"
+    return (
+        f"[dlaas] {count:,} lines are not stored yet and no longer live; "
+        "the log is stored every 10 s and when the learner ends"
+    )

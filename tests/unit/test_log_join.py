@@ -1,0 +1,64 @@
+"""Joining the stored log with the live stream: every line once, gaps counted exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.services.log_join import (
+    Numbered,
+    Position,
+    decode_position,
+    encode_position,
+    gap_notice,
+)
+
+
+def batch(first: int, count: int, learner: int = 1, attempt: int = 0) -> Numbered[str]:
+    return Numbered(
+        learner, attempt, first, [f"l{learner}-{n}" for n in range(first, first + count)]
+    )
+
+
+def test_live_lines_already_read_from_the_stored_log_are_not_repeated() -> None:
+    position = Position({1: 150})
+    assert list(position.take(batch(1, 100)).items) == []
+    taken = position.take(batch(101, 100))
+    assert (taken.gap, taken.first, list(taken.items)[:1]) == (0, 151, ["l1-151"])
+    assert len(taken.items) == 50
+    assert position.of(1) == 200
+
+
+def test_a_gap_is_counted_exactly_and_moves_the_position_past_it() -> None:
+    position = Position()
+    position.take(batch(1, 10))
+    taken = position.take(batch(49_919, 5))
+    assert taken.gap == 49_908
+    assert taken.first == 49_919
+    assert position.of(1) == 49_923
+    assert "49,908 lines skipped" in gap_notice(taken.gap, live=True)
+
+
+def test_learners_are_followed_each_on_its_own() -> None:
+    position = Position()
+    position.take(batch(1, 5, learner=1))
+    assert position.take(batch(1, 3, learner=2)).gap == 0
+    assert (position.of(1), position.of(2)) == (5, 3)
+
+
+def test_a_new_attempt_is_followed_from_its_own_first_line() -> None:
+    position = Position({1: 800})
+    position.take(batch(1, 1000, attempt=0))  # streamed live, not all of it stored
+    assert position.of(1) == 1000
+    taken = position.take(batch(801, 10, attempt=1))
+    assert (taken.gap, taken.first, len(taken.items)) == (0, 801, 10)
+    assert list(position.take(batch(990, 5, attempt=0)).items) == []  # late, of an attempt gone
+
+
+def test_positions_round_trip_and_bad_ones_are_refused() -> None:
+    position = Position({1: 12, 3: 4, 2: 0})
+    assert encode_position(position) == "1:12,3:4"
+    assert decode_position("1:12,3:4").delivered == {1: 12, 3: 4}
+    assert decode_position("").delivered == {}
+    for bad in ("0-0", "1:x", "1:2,", "1700000000000-0", "1:2:3"):
+        with pytest.raises(ValueError, match="Last-Event-ID"):
+            decode_position(bad)
