@@ -130,8 +130,10 @@ class DlaasClient:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         return self._json("DELETE", _job(job_id))
 
-    def job_metrics(self, job_id: str) -> list[dict[str, Any]]:
-        return list(self._json("GET", f"{_job(job_id)}/metrics").get("metrics", []))
+    def job_metrics(self, job_id: str, last: int | None = None) -> list[dict[str, Any]]:
+        """The job's metric points; with `last`, only each learner's last `last` points."""
+        params = {"last": str(last)} if last is not None else None
+        return list(self._json("GET", f"{_job(job_id)}/metrics", params=params).get("metrics", []))
 
     def job_results(self, job_id: str) -> list[dict[str, Any]]:
         return list(self._json("GET", f"{_job(job_id)}/results").get("files", []))

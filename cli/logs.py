@@ -201,7 +201,7 @@ class StatusPoller:
                 try:
                     state = str(client.get_job(self._status.job_id).get("state") or "")
                     if polls % 3 == 1:
-                        metrics = client.job_metrics(self._status.job_id)
+                        metrics = client.job_metrics(self._status.job_id, last=1)
                         metric = metrics[-1] if metrics else None
                 except Exception:
                     continue

@@ -579,6 +579,14 @@ async def aread_metrics(
     return _metrics(await redis.xread(**kwargs))
 
 
+async def aread_metrics_newest(
+    redis: AsyncRedis, job_id: str, count: int
+) -> list[tuple[StreamId, MetricBatch]]:
+    """The newest `count` metric batches, newest first."""
+    answer = await redis.xrevrange(metrics_key(job_id), count=count) or []
+    return [(_text(i), decode_metric_batch(f or {})) for i, f in answer]
+
+
 async def apublish_learner_event(redis: AsyncRedis, event: LearnerEvent) -> StreamId:
     fields = encode_learner_event(event)
     return _text(await redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))

@@ -73,10 +73,15 @@ async def job_metrics(
     state: StateDep,
     user: CurrentUser,
     learner: int | None = Query(None, ge=1, description="only this learner's points"),
+    last: int | None = Query(
+        None, ge=1, le=1000, description="only the last N points of each learner"
+    ),
 ) -> StreamingResponse:
     async with state.sessions() as session:
         job = await service.owned_job(session, user, job_id)
     learners = _learners(job.learners, learner)
-    return StreamingResponse(
-        logs_service.metric_points_json(state, job_id, learners), media_type="application/json"
-    )
+    if last is not None:
+        body = logs_service.latest_points(state, job_id, learners, last)
+    else:
+        body = logs_service.metric_points_json(state, job_id, learners)
+    return StreamingResponse(body, media_type="application/json")

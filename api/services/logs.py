@@ -228,3 +228,43 @@ async def metric_points_json(
                 yield separator + b",".join(points)
                 separator = b","
     yield b"]}"
+
+
+_TAIL_BYTES = 256 << 10
+_TAIL_ENTRIES = 16
+
+
+async def latest_points(
+    state: ApiState, job_id: str, learners: Sequence[int], count: int
+) -> AsyncIterator[bytes]:
+    """`{"metrics": [...]}` with at most the last `count` points of each learner: from the
+    newest live batches, else from the end of the stored points. Cheap however long the job
+    has run, for a status line that polls."""
+    yield b'{"metrics":['
+    separator = b""
+    entries = await streams.aread_metrics_newest(state.redis, job_id, _TAIL_ENTRIES)
+    for learner in learners:
+        lines: list[str] = []
+        for _entry_id, batch in entries:  # newest first
+            if batch.learner == learner and len(lines) < count:
+                lines = list(batch.points[-(count - len(lines)) :]) + lines
+        if not lines:
+            lines = await to_thread.run_sync(_stored_tail, state.objects, job_id, learner, count)
+        points = [_point(line, learner) for line in lines if line.strip()]
+        if points:
+            yield separator + b",".join(points)
+            separator = b","
+    yield b"]}"
+
+
+def _stored_tail(objects: ObjectStore, job_id: str, learner: int, count: int) -> list[str]:
+    key = output_keys.metrics_key(job_id, learner)
+    try:
+        size = objects.size(key)
+        data = b"".join(objects.iter_chunks(key, _CHUNK_BYTES, max(0, size - _TAIL_BYTES)))
+    except ObjectNotFound:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > _TAIL_BYTES:
+        lines = lines[1:]  # the first may be cut
+    return lines[-count:]

@@ -351,9 +351,20 @@ async def test_metrics_are_the_stored_points_then_the_live_ones_beyond_them(
             assert got[3]["values"] == {"loss": 0.25}
             two = (await alice.get(f"/v2/jobs/{job_id}/metrics", params={"learner": 2})).json()
             assert [p["step"] for p in two["metrics"]] == [10]
+            last = await alice.get(f"/v2/jobs/{job_id}/metrics", params={"last": 2})
+            assert [(p["learner"], p["step"]) for p in last.json()["metrics"]] == [
+                (1, 3),
+                (1, 4),
+                (2, 10),
+            ]
         finally:
             await redis.delete(streams.metrics_key(job_id))
             await redis.aclose()
+        # Once the stream is gone, the last points come from the end of the stored ones.
+        last = await alice.get(f"/v2/jobs/{job_id}/metrics", params={"last": 1})
+        assert [(p["learner"], p["step"]) for p in last.json()["metrics"]] == [(1, 3)]
+        too_many = await alice.get(f"/v2/jobs/{job_id}/metrics", params={"last": 5000})
+        assert too_many.status_code == 422
 
 
 async def test_results_are_listed_and_downloaded(api: Harness) -> None:
