@@ -29,11 +29,12 @@ restarted on its own; default `gang`: one series for all), `DLAAS_STOP_GRACE_S` 
 
 What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
 the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->
-status RUNNING -> the command runs; its merged stdout/stderr goes line by line to the job's
-Redis log stream, to `LOG_DIR/learner-{n}.log` (uploaded to
-`jobs/{job}/logs/learner-{n}.log` every 10 s and at the end) and through the metric parsers
-to the metrics stream and `LOG_DIR/learner-{n}.metrics.jsonl` (uploaded to
-`jobs/{job}/metrics/learner-{n}.jsonl`); committed checkpoints are uploaded as they appear;
+status RUNNING -> the command runs; its merged stdout/stderr goes at pipe speed to
+`LOG_DIR/learner-{n}.log` (`learner_image.learner_log`), and from there, behind the program,
+to the job's live log stream and through the metric parsers to the metrics stream and
+`LOG_DIR/learner-{n}.metrics.jsonl` (`learner_image.live_log`); the whole lines of both files
+are uploaded to `jobs/{job}/logs/learner-{n}.log` and `jobs/{job}/metrics/learner-{n}.jsonl`
+every 10 s and at the end; committed checkpoints are uploaded as they appear;
 a heartbeat every 2 s (none while a process of the command is stopped: a frozen learner
 is a hung one) -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
 `jobs/{job}/results/`, learner n > 1 to `jobs/{job}/results/learner-{n}/`), log and metrics
