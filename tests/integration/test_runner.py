@@ -497,3 +497,39 @@ def put_committed(store: ObjectStore, job_id: str, step: int, files: dict[str, b
     sizes = {rel: len(data) for rel, data in files.items()}
     record = {"step": step, "files": sizes, "time": 1.0}
     store.put_bytes(f"jobs/{job_id}/checkpoints/{name}/COMMITTED", json.dumps(record).encode())
+
+
+FLOOD = b"""
+import sys
+write = sys.stdout.write
+for i in range(100_000):
+    write(f"step {i} loss {1 / (i + 1):.6f} and some words to make it longer\\n")
+print("the last line")
+"""
+
+
+def test_a_flood_of_output_is_stored_whole_and_streamed_in_numbered_batches(
+    learner: Learner,
+) -> None:
+    learner.put_model({"flood.py": FLOOD})
+    learner.env["DLAAS_METRIC_PATTERNS"] = json.dumps([r"step (?P<step>\d+) loss (?P<loss>\S+)"])
+    code, out = learner.run("python flood.py", timeout=120)
+    assert code == 0, out
+    written = [
+        f"step {i} loss {1 / (i + 1):.6f} and some words to make it longer" for i in range(100_000)
+    ]
+    written.append("the last line")
+    stored = learner.objects.get_bytes(f"jobs/{learner.job_id}/logs/learner-1.log").decode()
+    assert stored.splitlines() == written
+    points = learner.objects.get_bytes(f"jobs/{learner.job_id}/metrics/learner-1.jsonl")
+    steps = [json.loads(line)["step"] for line in points.splitlines()]
+    assert steps == list(range(100_000))
+    live: dict[int, str] = {}
+    for _, batch in streams.read_logs(learner.redis, learner.job_id, count=10**6):
+        for number, line in enumerate(batch.lines, batch.first):
+            assert number not in live
+            live[number] = line
+    assert all(written[number - 1] == line for number, line in live.items())
+    assert live[len(written)] == "the last line"
+    live_points = [m.step for m in learner.metrics()]
+    assert live_points == sorted(live_points)
