@@ -18,7 +18,9 @@ series (learner 1 uploads it, every learner restores it). A learner restarted on
   end): uploads the newest local committed checkpoint not yet uploaded (exactly the files its
   `COMMITTED` lists), then deletes remote checkpoints older than the newest `keep` committed
   ones. A checkpoint the SDK deletes or replaces while it is being uploaded is abandoned (its
-  partial upload removed); its `COMMITTED` never goes up.
+  partial upload removed); its `COMMITTED` never goes up. It also reports the saves the SDK
+  could not write (`.failed-ckpt-{step}.json` records, each once, then removed) to
+  `on_failed(step, error)`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 from learner_image.sdk.checkpoints import (
     COMMITTED,
     CommitRecord,
+    failed_saves,
     parse_checkpoint_name,
     verify_checkpoint,
 )
@@ -185,8 +188,15 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _ignore_failed_save(step: int, error: str) -> None:
+    pass
+
+
 class CheckpointUploader:
-    """Uploads newly committed local checkpoints; safe to call from one thread at a time."""
+    """Uploads newly committed local checkpoints; safe to call from one thread at a time.
+
+    `on_failed(step, error)` hears of every save the SDK could not write (the checkpoint of
+    `step`; `error` is the exception's type and text), once per failure record."""
 
     def __init__(
         self,
@@ -198,6 +208,7 @@ class CheckpointUploader:
         on_error: Callable[[str], None],
         already_uploaded: str | None = None,
         learner: int | None = None,
+        on_failed: Callable[[int, str], None] = _ignore_failed_save,
     ) -> None:
         self.store = store
         self.job_id = job_id
@@ -206,13 +217,16 @@ class CheckpointUploader:
         self.keep = keep
         self.on_uploaded = on_uploaded
         self.on_error = on_error
+        self.on_failed = on_failed
         self.last_uploaded = already_uploaded
         self._reported: str | None = None
         self._lock = threading.Lock()
 
     def sync_once(self) -> str | None:
-        """Upload the newest local committed checkpoint if it is new; its name or None."""
+        """Report failed saves; upload the newest local committed checkpoint if it is new;
+        its name or None."""
         with self._lock:
+            self._report_failed_saves()
             found = newest_local(self.checkpoint_dir)
             if found is None:
                 return None
@@ -237,3 +251,13 @@ class CheckpointUploader:
             except Exception as exc:
                 self.on_error(f"could not prune old checkpoints: {exc}")
             return newest
+
+    def _report_failed_saves(self) -> None:
+        for failed in failed_saves(self.checkpoint_dir):
+            try:
+                self.on_failed(failed.step, failed.error)
+            except Exception as exc:  # reported once all the same: no retry every poll
+                self.on_error(
+                    f"could not report the failed checkpoint of step {failed.step}: {exc}"
+                )
+            failed.path.unlink(missing_ok=True)

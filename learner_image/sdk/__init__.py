@@ -8,12 +8,24 @@
     ...
     sdk.log_metrics(step, loss=0.31, accuracy=0.9)
     if timer.due():
-        sdk.save_checkpoint({"model": model.state_dict(), "step": step}, step)
-        timer.reset()
+        saving = sdk.save_checkpoint({"model": model.state_dict(), "step": step}, step)
+        timer.reset(saving)
+
+`save_checkpoint` returns as soon as the state is copied in memory; a background thread
+writes and commits it (`saving.wait()` waits for that; `blocking=True` saves as the call's
+own work). A background save that fails is raised (`CheckpointSaveError`) by the next
+`save_checkpoint`; the program's exit waits for the saves under way.
 
 Importing it is light: torch is imported only by the calls that need it.
 """
 
+from learner_image.sdk.background_save import (
+    CheckpointSaveError,
+    PendingCheckpoint,
+    save_checkpoint,
+    save_checkpoint_files,
+    wait_for_checkpoints,
+)
 from learner_image.sdk.checkpoints import (
     Checkpoint,
     CommitRecord,
@@ -21,8 +33,6 @@ from learner_image.sdk.checkpoints import (
     committed_checkpoints,
     load_checkpoint,
     parse_checkpoint_name,
-    save_checkpoint,
-    save_checkpoint_files,
     verify_checkpoint,
 )
 from learner_image.sdk.environment import LearnerEnv, env
@@ -31,9 +41,11 @@ from learner_image.sdk.timer import CheckpointTimer, checkpoint_due
 
 __all__ = [
     "Checkpoint",
+    "CheckpointSaveError",
     "CheckpointTimer",
     "CommitRecord",
     "LearnerEnv",
+    "PendingCheckpoint",
     "checkpoint_due",
     "checkpoint_name",
     "committed_checkpoints",
@@ -44,4 +56,5 @@ __all__ = [
     "save_checkpoint",
     "save_checkpoint_files",
     "verify_checkpoint",
+    "wait_for_checkpoints",
 ]

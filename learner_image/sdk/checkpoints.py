@@ -7,11 +7,13 @@ Layout (the runner uploads and restores the same layout):
         state.pt                  any files (state.pt is what `save_checkpoint` writes)
         COMMITTED                 last: {"step": 120, "files": {"state.pt": 5123}, "time": t}
       .tmp-ckpt-140-4242/         being written by process 4242; never restored
+      .failed-ckpt-150.json       the save of step 150 failed: {"step", "error", "time"}
 
 A save writes every file into `.tmp-ckpt-{step}-{pid}/` and fsyncs it, writes and fsyncs
 `COMMITTED`, fsyncs the directory, renames it to `ckpt-{step:012d}/` (atomic) and fsyncs
 `CHECKPOINT_DIR`. It then keeps the newest `DLAAS_CHECKPOINT_KEEP` (default 2) committed
-checkpoints and removes older ones.
+checkpoints and removes older ones. `save_checkpoint` (`learner_image.sdk.background_save`)
+runs all of that in a background thread, on a copy of the state taken when it is called.
 
 A directory is restorable only if its `COMMITTED` parses, names the directory's step, and lists
 exactly the regular files present (other than `COMMITTED`) with their sizes. Anything else
@@ -22,6 +24,9 @@ A committed checkpoint is immutable: saving a step that already has a committed 
 keeps the existing one and returns its path (POSIX cannot atomically replace a non-empty
 directory, and the runner may already have uploaded it). A `ckpt-*` directory for that step
 which is not committed is replaced.
+
+A background save that fails leaves a `.failed-ckpt-{step}.json` record (written to a temp
+name and renamed): the runner's checkpoint uploader reports it as a job event and removes it.
 
 Only rank 0 writes unless `all_ranks=True` (each learner then needs its own CHECKPOINT_DIR,
 as it has on Kubernetes; learners sharing one directory would keep only the first writer's),
@@ -37,11 +42,12 @@ import re
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from learner_image.sdk.environment import env
 
@@ -51,8 +57,14 @@ STATE_BYTES_FILE = "state.bin"
 CHECKPOINT_PREFIX = "ckpt-"
 TMP_PREFIX = ".tmp"
 
+FAILED_PREFIX = ".failed-ckpt-"
+
 _NAME_RE = re.compile(r"^ckpt-(\d{12})$")
 _TMP_PID_RE = re.compile(r"^\.tmp-.*-(\d+)$")
+_FAILED_RE = re.compile(r"^\.failed-ckpt-(\d+)\.json$")
+# Test-only: the stage of a save at which to stop for good (see `pause_for_tests`).
+TEST_PAUSE_ENV = "DLAAS_TEST_CHECKPOINT_PAUSE"
+TEST_MARKER_ENV = "DLAAS_TEST_CHECKPOINT_MARKER"
 
 FileWriter = Callable[[BinaryIO], None]
 
@@ -190,7 +202,8 @@ def _write_file(root: Path, rel: PurePosixPath, writer: FileWriter) -> int:
     target = root.joinpath(*rel.parts)
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as f:
-        writer(f)
+        paused = os.environ.get(TEST_PAUSE_ENV) == "serialize"
+        writer(cast(BinaryIO, _PauseMidFile(f)) if paused else f)
         f.flush()
         os.fsync(f.fileno())
         return os.fstat(f.fileno()).st_size
@@ -226,7 +239,10 @@ def _prune(checkpoint_dir: Path, keep: int) -> None:
     for entry in os.scandir(checkpoint_dir):
         m = _TMP_PID_RE.match(entry.name)
         if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                Path(entry.path).unlink(missing_ok=True)
 
 
 def _commit(writers: Mapping[str, FileWriter], step: int, checkpoint_dir: Path, keep: int) -> Path:
@@ -248,6 +264,7 @@ def _commit(writers: Mapping[str, FileWriter], step: int, checkpoint_dir: Path, 
         record = {"step": step, "files": sizes, "time": time.time()}
         _write_file(tmp, PurePosixPath(COMMITTED), _bytes_writer(json.dumps(record).encode()))
         _fsync_path(tmp)
+        pause_for_tests("commit")
         if final.exists() and verify_checkpoint(final) is None:
             _remove_dir(final, "stale")
         try:
@@ -257,10 +274,12 @@ def _commit(writers: Mapping[str, FileWriter], step: int, checkpoint_dir: Path, 
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
             return final
+        pause_for_tests("rename")
         _fsync_path(checkpoint_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    pause_for_tests("prune")
     _prune(checkpoint_dir, keep)
     return final
 
@@ -280,50 +299,81 @@ def _path_writer(src: Path) -> FileWriter:
     return write
 
 
-def save_checkpoint_files(
-    files: Mapping[str, bytes | Path], step: int, *, all_ranks: bool = False
-) -> Path | None:
-    """Commit a checkpoint made of `files` (relative name -> bytes or a file to copy).
-
-    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`, or
-    each learner keeps checkpoints of its own).
-    """
-    e = env()
-    if not e.writes_checkpoints and not all_ranks:
-        return None
-    writers = {
-        rel: _bytes_writer(src) if isinstance(src, bytes) else _path_writer(Path(src))
-        for rel, src in files.items()
-    }
-    return _commit(writers, step, e.checkpoint_dir, e.checkpoint_keep)
+def failed_record_name(step: int) -> str:
+    return f"{FAILED_PREFIX}{step}.json"
 
 
-def save_checkpoint(
-    state: Mapping[str, Any] | Callable[[], bytes], step: int, *, all_ranks: bool = False
-) -> Path | None:
-    """Commit `state` as the checkpoint for `step` (`state.pt` in the checkpoint directory).
+def write_failed_record(checkpoint_dir: Path, step: int, error: str) -> Path:
+    """Leave `.failed-ckpt-{step}.json` saying why the save of `step` failed (whole or not at
+    all: written to a temp name, then renamed)."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_dir / failed_record_name(step)
+    tmp = checkpoint_dir / f"{TMP_PREFIX}-failed-{step}-{os.getpid()}"
+    record = {"step": step, "error": error, "time": time.time()}
+    tmp.write_text(json.dumps(record))
+    os.rename(tmp, final)
+    return final
 
-    A mapping (model and optimizer state dicts, RNG states, counters...) is written with
-    `torch.save` as `state.pt`; a callable is called and the bytes it returns are written as
-    they are to `state.bin` (read them back with `Checkpoint.read("state.bin")`).
-    Returns the committed directory, or None on ranks other than 0 (unless `all_ranks`, or
-    each learner keeps checkpoints of its own).
-    """
-    e = env()
-    if not e.writes_checkpoints and not all_ranks:
-        return None
-    if callable(state):
-        return _commit(
-            {STATE_BYTES_FILE: _bytes_writer(state())}, step, e.checkpoint_dir, e.checkpoint_keep
-        )
-    import torch
 
-    payload = dict(state)
+@dataclass(frozen=True)
+class FailedSave:
+    step: int
+    error: str
+    path: Path  # the record; remove it once reported
 
-    def writer(f: BinaryIO) -> None:
-        torch.save(payload, f)
 
-    return _commit({STATE_FILE: writer}, step, e.checkpoint_dir, e.checkpoint_keep)
+def failed_saves(checkpoint_dir: Path) -> list[FailedSave]:
+    """The failure records in `checkpoint_dir`, oldest step first. A record that cannot be
+    read still names its step (from its file name)."""
+    try:
+        entries = list(os.scandir(checkpoint_dir))
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in entries:
+        m = _FAILED_RE.match(entry.name)
+        if m is None:
+            continue
+        path = Path(entry.path)
+        try:
+            raw = json.loads(path.read_bytes())
+            error = str(raw["error"]) if isinstance(raw, dict) else ""
+        except (OSError, ValueError, KeyError):
+            error = ""
+        found.append(FailedSave(int(m.group(1)), error or "(no reason recorded)", path))
+    found.sort(key=lambda failed: failed.step)
+    return found
+
+
+def pause_for_tests(stage: str) -> None:
+    """Test-only: when DLAAS_TEST_CHECKPOINT_PAUSE names `stage`, write the file
+    DLAAS_TEST_CHECKPOINT_MARKER names and stop here for good, so that a test can SIGKILL
+    the process at a known point of a save. Stages: snapshot (the copy is taken, not yet
+    handed over), serialize (1 MiB of a file written), commit (COMMITTED written, not yet
+    renamed), rename (renamed, CHECKPOINT_DIR not yet fsynced), prune (before pruning)."""
+    if os.environ.get(TEST_PAUSE_ENV) != stage:
+        return
+    Path(os.environ[TEST_MARKER_ENV]).write_text(stage)
+    threading.Event().wait()
+
+
+class _PauseMidFile:
+    """Test-only (stage `serialize`): a file that stops for good once 1 MiB went to disk."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._written = 0
+
+    def write(self, data: Any) -> int:
+        n = self._f.write(data)
+        self._written += n
+        if self._written >= 1 << 20:
+            self._f.flush()
+            pause_for_tests("serialize")
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def _candidates(step: int | None) -> Iterator[tuple[int, Path]]:

@@ -13,7 +13,8 @@ saves at the last step boundary from which the checkpoint still lands in time:
 ```
 
 `step` is the time between the last two `due()` calls, `save` how long the last save took
-(`due()` answering True -> `reset()`), and `upload` the same bytes again plus the runner's
+(`due()` answering True -> `reset()`, and on to its commit when `reset` is handed the
+background save's PendingCheckpoint), and `upload` the same bytes again plus the runner's
 poll for new checkpoints (`UPLOAD_POLL_S`).
 """
 
@@ -21,8 +22,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from learner_image.sdk.environment import env
+
+if TYPE_CHECKING:
+    from learner_image.sdk.background_save import PendingCheckpoint
 
 # How often the runner looks for a newly committed checkpoint to upload.
 UPLOAD_POLL_S = 0.1
@@ -45,7 +50,7 @@ class CheckpointTimer:
     step, at the step boundary where a checkpoint would be taken.
 
     >>> timer = CheckpointTimer()
-    >>> if timer.due(): save_checkpoint(...); timer.reset()
+    >>> if timer.due(): timer.reset(save_checkpoint(...))
     """
 
     def __init__(
@@ -58,6 +63,8 @@ class CheckpointTimer:
         self._due_at: float | None = None
         self.step_s = 0.0
         self.save_s = 0.0
+        self._saving: PendingCheckpoint | None = None  # a background save not yet seen done
+        self._saving_since = 0.0
 
     @property
     def lead_s(self) -> float:
@@ -66,6 +73,7 @@ class CheckpointTimer:
 
     def due(self) -> bool:
         now = self._clock()
+        self._follow_background_save(now)
         if self._last_call is not None:
             self.step_s = now - self._last_call
         self._last_call = now
@@ -74,12 +82,26 @@ class CheckpointTimer:
         self._due_at = now
         return True
 
-    def reset(self) -> None:
+    def reset(self, saving: PendingCheckpoint | None = None) -> None:
+        """Call right after saving; hand it the PendingCheckpoint of a background save, so
+        that the save's time counts until its commit."""
         now = self._clock()
         if self._due_at is not None:
             self.save_s = now - self._due_at
             self._anchor = self._due_at
         else:
             self._anchor = now
+        self._saving, self._saving_since = saving, self._anchor
         self._due_at = None
         self._last_call = now  # the save is not part of the next step
+
+    def _follow_background_save(self, now: float) -> None:
+        saving = self._saving
+        if saving is None:
+            return
+        if not saving.done():  # still writing: it takes at least this long
+            self.save_s = max(self.save_s, now - self._saving_since)
+            return
+        if saving.status == "committed":  # seen at a step boundary: errs long by < a step
+            self.save_s = now - self._saving_since
+        self._saving = None

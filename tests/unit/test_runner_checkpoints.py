@@ -62,7 +62,7 @@ def keys(store: LocalObjectStore) -> list[str]:
 
 def test_upload_sends_listed_files_then_committed(ckpt_dir: Path, tmp_path: Path) -> None:
     store = RecordingStore(tmp_path / "objects")
-    path = save_checkpoint_files({"a.bin": b"aa", "sub/b.bin": b"b"}, 3)
+    path = save_checkpoint_files({"a.bin": b"aa", "sub/b.bin": b"b"}, 3, blocking=True)
     assert path is not None
     record = verify_checkpoint(path)
     assert record is not None
@@ -73,11 +73,11 @@ def test_upload_sends_listed_files_then_committed(ckpt_dir: Path, tmp_path: Path
 
 
 def test_half_written_checkpoints_are_not_local_candidates(ckpt_dir: Path) -> None:
-    save_checkpoint_files({"w": b"1"}, 1)
+    save_checkpoint_files({"w": b"1"}, 1, blocking=True)
     (ckpt_dir / "ckpt-000000000005").mkdir()
     (ckpt_dir / "ckpt-000000000005" / "w").write_bytes(b"no commit")
     (ckpt_dir / ".tmp-ckpt-6-99").mkdir()
-    good = save_checkpoint_files({"w": b"22"}, 4)
+    good = save_checkpoint_files({"w": b"22"}, 4, blocking=True)
     assert good is not None
     (good / "w").write_bytes(b"truncated-or-rewritten")  # no longer matches COMMITTED
     found = newest_local(ckpt_dir)
@@ -86,7 +86,7 @@ def test_half_written_checkpoints_are_not_local_candidates(ckpt_dir: Path) -> No
 
 def test_a_checkpoint_that_vanishes_mid_upload_is_abandoned(ckpt_dir: Path, tmp_path: Path) -> None:
     store = RecordingStore(tmp_path / "objects")
-    path = save_checkpoint_files({"a": b"1", "b": b"2"}, 7)
+    path = save_checkpoint_files({"a": b"1", "b": b"2"}, 7, blocking=True)
     assert path is not None
     record = verify_checkpoint(path)
     assert record is not None
@@ -104,7 +104,7 @@ def test_uploader_uploads_each_new_checkpoint_once_and_prunes(
     uploader = CheckpointUploader(store, JOB, ckpt_dir, 2, uploaded.append, errors.append)
     assert uploader.sync_once() is None
     for step in (1, 2, 3):
-        save_checkpoint_files({"w": bytes([step])}, step)
+        save_checkpoint_files({"w": bytes([step])}, step, blocking=True)
         assert uploader.sync_once() == f"ckpt-{step:012d}"
         assert uploader.sync_once() is None
     assert uploaded == ["ckpt-000000000001", "ckpt-000000000002", "ckpt-000000000003"]
@@ -154,7 +154,7 @@ def test_a_learner_keeps_a_series_of_its_own_beside_the_gangs(
     uploaded: list[str] = []
     uploader = CheckpointUploader(store, JOB, ckpt_dir, 1, uploaded.append, print, learner=2)
     for step in (1, 2):
-        save_checkpoint_files({"w": bytes([step])}, step)
+        save_checkpoint_files({"w": bytes([step])}, step, blocking=True)
         uploader.sync_once()
     assert uploaded == ["ckpt-000000000001", "ckpt-000000000002"]
     assert keys(store) == [

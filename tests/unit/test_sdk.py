@@ -56,7 +56,8 @@ def names(path: Path) -> list[str]:
 
 
 def save(step: int, payload: bytes = b"x" * 10) -> Path:
-    saved = sdk.save_checkpoint_files({"weights.bin": payload, "meta/info.json": b"{}"}, step)
+    files = {"weights.bin": payload, "meta/info.json": b"{}"}
+    saved = sdk.save_checkpoint_files(files, step, blocking=True)
     assert saved is not None
     return saved
 
@@ -155,7 +156,9 @@ def test_state_dict_round_trip(ckpt_dir: Path) -> None:
     import torch
 
     weights, rng = torch.arange(6.0).reshape(2, 3), torch.get_rng_state()
-    path = sdk.save_checkpoint({"w": weights, "step": 5, "rng": rng}, 5)
+    saving = sdk.save_checkpoint({"w": weights, "step": 5, "rng": rng}, 5)
+    assert saving is not None
+    path = saving.wait()
     assert path is not None and (path / "state.pt").is_file()
     loaded = sdk.load_checkpoint()
     assert loaded is not None and loaded.step == 5 and loaded.path == path
@@ -165,7 +168,7 @@ def test_state_dict_round_trip(ckpt_dir: Path) -> None:
 
 
 def test_bytes_callable_is_stored_as_is(ckpt_dir: Path) -> None:
-    sdk.save_checkpoint(lambda: b"opaque", 3)
+    sdk.save_checkpoint(lambda: b"opaque", 3, blocking=True)
     loaded = sdk.load_checkpoint()
     assert loaded is not None and loaded.state is None
     assert loaded.read("state.bin") == b"opaque"
@@ -174,7 +177,7 @@ def test_bytes_callable_is_stored_as_is(ckpt_dir: Path) -> None:
 def test_files_can_be_copied_from_paths(ckpt_dir: Path, tmp_path: Path) -> None:
     source = tmp_path / "big.bin"
     source.write_bytes(os.urandom(3 << 20))
-    path = sdk.save_checkpoint_files({"big.bin": source}, 1)
+    path = sdk.save_checkpoint_files({"big.bin": source}, 1, blocking=True)
     assert path is not None and (path / "big.bin").read_bytes() == source.read_bytes()
     assert verify_checkpoint(path) is not None
 
@@ -210,7 +213,7 @@ def test_other_ranks_do_not_write(ckpt_dir: Path, monkeypatch: pytest.MonkeyPatc
     assert sdk.save_checkpoint_files({"a": b"1"}, 1) is None
     assert sdk.save_checkpoint(lambda: b"1", 1) is None
     assert not ckpt_dir.exists()
-    path = sdk.save_checkpoint_files({"a": b"1"}, 1, all_ranks=True)
+    path = sdk.save_checkpoint_files({"a": b"1"}, 1, all_ranks=True, blocking=True)
     assert path is not None and verify_checkpoint(path) is not None
 
 
@@ -221,7 +224,7 @@ def test_every_learner_writes_when_each_is_restarted_on_its_own(
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("DLAAS_RESTART_SCOPE", "learner")
     assert sdk.env().writes_checkpoints and not sdk.env().is_chief
-    path = sdk.save_checkpoint_files({"a": b"1"}, 1)
+    path = sdk.save_checkpoint_files({"a": b"1"}, 1, blocking=True)
     assert path is not None and verify_checkpoint(path) is not None
 
 
@@ -301,8 +304,8 @@ def test_unloadable_state_falls_back_to_older_checkpoint(
 ) -> None:
     import torch
 
-    sdk.save_checkpoint({"w": torch.ones(2)}, 1)
-    newest = sdk.save_checkpoint({"w": torch.zeros(2)}, 2)
+    sdk.save_checkpoint({"w": torch.ones(2)}, 1, blocking=True)
+    newest = sdk.save_checkpoint({"w": torch.zeros(2)}, 2, blocking=True)
     assert newest is not None
     state_file = newest / "state.pt"
     size = state_file.stat().st_size
