@@ -6,7 +6,8 @@ torch.distributed over gloo), or locally as a plain script (`DATA_DIR=../data py
 Deterministic: given `--seed`, a run that is killed and resumed from its last checkpoint ends
 with exactly the weights of an uninterrupted run. A checkpoint holds the model, the optimizer,
 the step (which fixes the epoch and the position in its shuffled order) and every learner's
-RNG states. Checkpoints are taken every DLAAS_CHECKPOINT_INTERVAL seconds and at the end.
+RNG states. Checkpoints are taken every DLAAS_CHECKPOINT_INTERVAL seconds and at the end, and
+written in the background while training goes on.
 
 SIGTERM: the learners finish the current step, commit a checkpoint and exit with 143
 (a second SIGTERM, or 20 s without reaching a step boundary, exits at once).
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     step = resume(model, optimizer, e, args)
     net: torch.nn.Module = DistributedDataParallel(model) if e.is_distributed else model
 
-    def checkpoint(at_step: int) -> None:
+    def checkpoint(at_step: int) -> sdk.PendingCheckpoint | None:
         states: list[Any] = [rng_state()]
         if e.is_distributed:
             states = [None] * e.world_size
@@ -209,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             "world_size": e.world_size,
             "seed": args.seed,
         }
-        path = sdk.save_checkpoint(state, at_step)
-        if path is not None:
-            print(f"digits: checkpoint {path.name} committed", flush=True)
+        # Returns once the state is copied: it is written in the background as training goes on.
+        return sdk.save_checkpoint(state, at_step)
 
+    saving: sdk.PendingCheckpoint | None = None
     timer = sdk.CheckpointTimer()
     order = epoch_order(args.seed, step // steps_per_epoch, len(x_train))
     global_batch = args.batch_size * e.world_size
@@ -245,10 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         if e.is_chief:
             # The manifest's evaluation_metrics regex turns this line into metrics.
             print(f"step {step} loss {train_loss:.4f} accuracy {train_acc:.4f}", flush=True)
+        if saving is not None and saving.done():
+            announce(saving.wait())
+            saving = None
         if stats[3] > 0 or stats[4] > 0:
-            checkpoint(step)
-            timer.reset()
+            saving = checkpoint(step)
+            timer.reset(saving)
         if stats[4] > 0:
+            if saving is not None:
+                announce(saving.wait())
             print(f"digits: stopping at step {step} on SIGTERM", flush=True)
             # The checkpoint is committed. Skip the interpreter's teardown: once a peer has
             # gone, gloo's threads can end it in std::terminate (SIGABRT) instead of 143.
@@ -256,12 +262,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_delay > 0:
             time.sleep(args.step_delay)
 
-    checkpoint(step)
+    saving = checkpoint(step)
     model.eval()
     with torch.no_grad():
         test_logits = model(x_test)
         test_loss = F.cross_entropy(test_logits, y_test).item()
         test_acc = (test_logits.argmax(1) == y_test).float().mean().item()
+    if saving is not None:
+        announce(saving.wait())
     print(f"final accuracy {test_acc:.4f}", flush=True)
     if e.is_chief:
         sdk.log_metrics(step, test_loss=test_loss, test_accuracy=test_acc)
@@ -325,13 +333,18 @@ def train_with_parameter_server(
         test_acc = (test_logits.argmax(1) == y_test).float().mean().item()
     print(f"final accuracy {test_acc:.4f} (parameter server version {server.version})", flush=True)
     if e.is_chief:
-        path = sdk.save_checkpoint({"step": step, "model": model.state_dict()}, step)
-        if path is not None:
-            print(f"digits: checkpoint {path.name} committed", flush=True)
+        announce(
+            sdk.save_checkpoint({"step": step, "model": model.state_dict()}, step, blocking=True)
+        )
         sdk.log_metrics(step, test_loss=test_loss, test_accuracy=test_acc)
         write_results(e.result_dir, model, step, test_loss, test_acc, e.world_size, started)
     server.close()
     return 0
+
+
+def announce(committed: Path | None) -> None:
+    if committed is not None:
+        print(f"digits: checkpoint {committed.name} committed", flush=True)
 
 
 def resume(

@@ -64,9 +64,9 @@ def main() -> None:
         print(f"stepper: resumed from {restored.path.name} at step {step}", flush=True)
     weights = bytes(args.checkpoint_mb << 20)
 
-    def checkpoint() -> None:
+    def checkpoint() -> sdk.PendingCheckpoint | None:
         state = json.dumps({"step": step, "digest": digest}).encode()
-        sdk.save_checkpoint_files({STATE_FILE: state, WEIGHTS_FILE: weights}, step)
+        return sdk.save_checkpoint_files({STATE_FILE: state, WEIGHTS_FILE: weights}, step)
 
     timer = sdk.CheckpointTimer()
     while step < args.steps:
@@ -78,8 +78,7 @@ def main() -> None:
         digest = advance(digest, step)
         print(f"step {step} digest {digest[:12]}", flush=True)
         if timer.due():
-            checkpoint()
-            timer.reset()
+            timer.reset(checkpoint())
     checkpoint()
     env.result_dir.mkdir(parents=True, exist_ok=True)
     if args.result_mb:
