@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 VANISHED = "vanished without a recorded exit"
 INTERRUPTED = "interrupted while it should run"
 RESTART_EVENT = "restart"
+# A checkpoint the SDK could not write: a learner `checkpoint` event with a `failed` field.
+CHECKPOINT_FAILED_EVENT = "checkpoint_failed"
 # Settling moves a job forward at most a few times (progress, then an end); more means a bug.
 MAX_SETTLE_ROUNDS = 8
 
@@ -436,8 +438,16 @@ async def _apply_event(session: AsyncSession, locked: JobRows, event: streams.Le
 
 async def _record_checkpoint(session: AsyncSession, event: streams.LearnerEvent) -> None:
     name = event.fields.get("name", "")
-    detail = {"name": name, "learner": event.learner, "attempt": event.attempt}
-    if event.fields.get("restored") == "1":
+    detail: dict[str, object] = {"name": name, "learner": event.learner, "attempt": event.attempt}
+    failed = event.fields.get("failed", "")
+    if failed:
+        # Nothing was committed: not a `checkpoint` event, the newest of which is the one a
+        # restart resumes from.
+        step = event.fields.get("step", "")
+        detail |= {"step": int(step) if step.isdigit() else None, "error": failed}
+        reason = f"checkpoint step {step or name} failed: {failed}"
+        await repo.add_event(session, event.job, CHECKPOINT_FAILED_EVENT, reason, detail)
+    elif event.fields.get("restored") == "1":
         reason = f"learner {event.learner} resumed from checkpoint {name}"
         await repo.add_event(session, event.job, "resumed", reason, detail)
     else:

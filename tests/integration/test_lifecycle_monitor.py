@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,11 @@ import pytest
 
 from lifecycle_manager import liveness
 from lifecycle_manager.context import Context
+from lifecycle_manager.learner_reports import (
+    CHECKPOINT_FAILED_EVENT,
+    apply_learner_events,
+    newest_checkpoint,
+)
 from lifecycle_manager.liveness import Heartbeat
 from lifecycle_manager.monitor import BLOCK_MS, CONSUMER_GROUP, MAX_FAILURES, Monitor
 from storage import jobs as repo
@@ -127,3 +133,28 @@ async def learner_state(ctx: Context, job_id: str) -> str:
     async with ctx.sessions() as session:
         [row] = await repo.learners_of(session, job_id)
     return row.state
+
+
+async def test_a_failed_checkpoint_is_a_job_event_and_not_a_checkpoint_to_resume_from(
+    ctx: Context,
+) -> None:
+    """The runner reports a save the SDK could not write as a learner `checkpoint` event
+    with `failed` (the error) and `step` fields."""
+    job_id = await deploying_job(ctx)
+    committed = streams.checkpoint_event(job_id, 1, 1, "ckpt-000000000100")
+    failed = streams.checkpoint_event(job_id, 1, 1, "ckpt-000000000120")
+    error = "OSError: [Errno 28] No space left on device"
+    failed = dataclasses.replace(failed, fields={**failed.fields, "step": "120", "failed": error})
+
+    assert await apply_learner_events(ctx, job_id, [committed, failed]) is None  # no row moved
+    async with ctx.sessions() as session:
+        [event] = await repo.events_of_kind(session, job_id, CHECKPOINT_FAILED_EVENT)
+        assert event.reason == f"checkpoint step 120 failed: {error}"
+        assert event.detail == {
+            "name": "ckpt-000000000120",
+            "learner": 1,
+            "attempt": 1,
+            "step": 120,
+            "error": error,
+        }
+        assert await newest_checkpoint(session, job_id) == "ckpt-000000000100"
