@@ -125,10 +125,15 @@ def _lines(data: bytes) -> list[str]:
 
 class _Follower:
     """A thread that follows a `LearnerLog` from where it ends now, until it is closed and
-    read to its end."""
+    read to its end, and offers what it makes of it to a `LiveSender`."""
 
-    def __init__(self, log: LearnerLog, name: str) -> None:
+    def __init__(
+        self, log: LearnerLog, name: str, sender: LiveSender, learner: int, attempt: int
+    ) -> None:
         self.log = log
+        self.sender = sender
+        self.learner = learner
+        self.attempt = attempt
         self.offset, self.line = log.extent()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -169,11 +174,8 @@ class LiveLogTail(_Follower):
         keep: int = KEEP_BYTES,
         send_wait: float = SEND_WAIT_S,
     ) -> None:
-        super().__init__(log, "dlaas-live-log")
+        super().__init__(log, "dlaas-live-log", sender, learner, attempt)
         self.send_wait = send_wait
-        self.sender = sender
-        self.learner = learner
-        self.attempt = attempt
         self.max_behind = max_behind
         self.keep = keep
         self.skipped = 0
@@ -236,11 +238,8 @@ class MetricsTail(_Follower):
         learner: int,
         attempt: int,
     ) -> None:
-        super().__init__(log, "dlaas-metrics")
+        super().__init__(log, "dlaas-metrics", sender, learner, attempt)
         self.parse = parse
-        self.sender = sender
-        self.learner = learner
-        self.attempt = attempt
         self.size, self.points = count_lines(metrics_path)
         self.dropped = 0
         self._file = open(metrics_path, "ab", buffering=0)  # noqa: SIM115 - closed at the end
