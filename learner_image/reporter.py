@@ -43,6 +43,12 @@ class Reporter:
     def checkpoint(self, name: str) -> None:
         self.publish(streams.checkpoint_event(self.job_id, self.learner, self.attempt, name))
 
+    def checkpoint_failed(self, name: str, step: int, error: str) -> None:
+        """A checkpoint the program asked for that could not be written."""
+        event = streams.checkpoint_event(self.job_id, self.learner, self.attempt, name)
+        fields = {**event.fields, "step": str(step), "failed": error[:500]}
+        self.publish(dataclasses.replace(event, fields=fields))
+
     def restored(self, name: str) -> None:
         """The checkpoint this attempt resumes from."""
         event = streams.checkpoint_event(self.job_id, self.learner, self.attempt, name)

@@ -330,6 +330,7 @@ class Runner:
                 on_error=lambda text: shipper.line(f"[dlaas] {text}"),
                 already_uploaded=restored,
                 learner=c.checkpoint_learner,
+                on_failed=self._checkpoint_failed,
             )
 
         last_line = [""]
@@ -375,6 +376,15 @@ class Runner:
         exit_reports.leave(ending, self.environ)
         self._notify("the exit", reporter.exit, ending)
         return report.exit_code
+
+    def _checkpoint_failed(self, step: int, error: str) -> None:
+        from learner_image.checkpoint_sync import stored_name
+        from learner_image.sdk.checkpoints import checkpoint_name
+
+        assert self.shipper is not None and self.reporter is not None
+        name = stored_name(checkpoint_name(step), self.config.checkpoint_learner)
+        self.shipper.line(f"[dlaas] checkpoint {name} could not be written: {error}")
+        self._notify("the failed checkpoint", self.reporter.checkpoint_failed, name, step, error)
 
     def _notify(self, what: str, publish: Callable[..., None], *args: object) -> None:
         """Publish an event; while the command runs, a lost event is no reason to stop it."""

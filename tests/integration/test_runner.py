@@ -533,3 +533,48 @@ def test_a_flood_of_output_is_stored_whole_and_streamed_in_numbered_batches(
     assert live[len(written)] == "the last line"
     live_points = [m.step for m in learner.metrics()]
     assert live_points == sorted(live_points)
+
+
+FAILING_SAVE = b"""
+from learner_image import sdk
+
+class Unpicklable:
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise RuntimeError("cannot pickle this")
+
+sdk.save_checkpoint({"n": 1}, 1, blocking=True)
+sdk.save_checkpoint({"bad": Unpicklable()}, 2)
+sdk.wait_for_checkpoints(30)
+print("trained on")
+"""
+
+
+def test_a_checkpoint_that_fails_in_the_background_is_reported_to_the_job(
+    learner: Learner,
+) -> None:
+    learner.put_model({"train.py": FAILING_SAVE})
+    code, out = learner.run(f"{sys.executable} train.py", timeout=120)
+    assert code == 0, out
+    failed = [e for e in learner.events() if e["kind"] == "checkpoint" and e.get("failed")]
+    assert failed == [
+        {
+            "kind": "checkpoint",
+            "learner": "1",
+            "attempt": "0",
+            "name": "ckpt-000000000002",
+            "step": "2",
+            "failed": "RuntimeError: cannot pickle this",
+        }
+    ]
+    stored = learner.objects.get_bytes(f"jobs/{learner.job_id}/logs/learner-1.log").decode()
+    assert (
+        "[dlaas] checkpoint ckpt-000000000002 could not be written: "
+        "RuntimeError: cannot pickle this"
+    ) in stored.splitlines()
+    assert learner.keys("checkpoints/") == [
+        "checkpoints/ckpt-000000000001/COMMITTED",
+        "checkpoints/ckpt-000000000001/state.pt",
+    ]
