@@ -42,10 +42,11 @@ log = logging.getLogger(__name__)
 
 LEARNER_EVENTS: Final = "dlaas:learner-events"
 # Entries are batches of lines of at most `BATCH_BYTES` in all (or one longer line), or of at
-# most `METRIC_BATCH_POINTS` points, so a job's streams hold at most about 128 MB each, and a
-# quiet program's stream still its last 4000 lines.
-LOGS_MAXLEN: Final = 4_000
-METRICS_MAXLEN: Final = 4_000
+# most `METRIC_BATCH_POINTS` points, so a flood keeps a job's log stream under about 64 MB
+# while a quiet program's stream still holds its last 2000 lines (readers take anything
+# older from the stored log).
+LOGS_MAXLEN: Final = 2_000
+METRICS_MAXLEN: Final = 2_000
 BATCH_BYTES: Final = 32 * 1024
 METRIC_BATCH_POINTS: Final = 500
 LEARNER_EVENTS_MAXLEN: Final = 100_000
