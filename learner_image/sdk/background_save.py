@@ -12,7 +12,10 @@ serializes it (`torch.save`) and commits it with the protocol of
 
 - One save is written at a time. A newer copy waits for it; if one is waiting already, the
   newer takes its place and the older is never written (a line on stderr says so): a program
-  that saves faster than its disk writes keeps its newest state, not a backlog.
+  that saves faster than its disk writes keeps its newest state, not a backlog. The newer
+  copy is taken into the buffers of the one it replaces, so a slow disk costs the training
+  thread no fresh memory either. The writer thread runs at a lower CPU priority than the
+  program, so on busy cores a save waits for training rather than the other way round.
 - A background save that fails is printed on stderr at once, left as a record for the runner
   (which reports it as a job event), and raised as `CheckpointSaveError` by the program's
   next `save_checkpoint` call, which then saves nothing (call it again to save). Raised, not
@@ -152,7 +155,6 @@ class _Saver:
         self.pool = BufferPool()
 
     def submit(self, job: _Job) -> None:
-        replaced: _Job | None = None
         with self._cond:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -160,24 +162,29 @@ class _Saver:
                 )
                 self._thread.start()
                 _register_at_exit()
-            last = self._queue[-1] if self._queue else None
-            if (
-                last is not None
-                and not last.pinned
-                and last.handle.checkpoint_dir == job.handle.checkpoint_dir
-            ):
-                replaced = self._queue.pop()
+            self._replace_waiting(job.handle.checkpoint_dir, job.handle.step)
             self._queue.append(job)
             self._cond.notify_all()
-        if replaced is not None:
-            self.pool.give(replaced.buffers)
-            replaced.handle._finish("replaced", replaced_by=job.handle.step)
-            _say(
-                f"checkpoint step {replaced.handle.step} replaced by step {job.handle.step}"
-                " before it was written"
-            )
+
+    def replace_waiting(self, checkpoint_dir: Path, step: int) -> None:
+        """A save of `step` is coming: the save waiting for the writer (not a blocking one),
+        if any, is replaced now, and its buffers go back to the pool for the new copy, which
+        then needs no fresh memory even while the writer is still busy with an older save."""
+        with self._cond:
+            self._replace_waiting(checkpoint_dir, step)
+
+    def _replace_waiting(self, checkpoint_dir: Path, step: int) -> None:
+        last = self._queue[-1] if self._queue else None
+        if last is None or last.pinned or last.handle.checkpoint_dir != checkpoint_dir:
+            return
+        self._queue.pop()
+        self.pool.give(last.buffers)
+        last.buffers = []
+        last.handle._finish("replaced", replaced_by=step)
+        _say(f"checkpoint step {last.handle.step} replaced by step {step} before it was written")
 
     def _run(self) -> None:
+        _yield_to_training()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue))
@@ -239,6 +246,26 @@ class _Saver:
         """A forked child (a DataLoader worker, say) has no writer thread, and a lock held
         at the fork stays held in it: start afresh."""
         self._reset()
+
+
+WRITER_NICENESS = 10  # above the process's own
+
+
+def _yield_to_training() -> None:
+    """Run the calling thread (the writer) at a lower CPU priority than the training thread:
+    on a machine whose cores are all busy, the writer's copying and CRC work then waits for
+    training rather than slowing it (a save is late rather than every step slower). Linux
+    keeps a niceness per thread; elsewhere `setpriority` of a thread id could hit another
+    process, so this is Linux only."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(
+            os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICENESS)
+        )
+    except OSError:
+        pass
 
 
 _saver = _Saver()
@@ -401,6 +428,7 @@ def save_checkpoint(
         payload: Any = dict(state)
         buffers: list[tuple[BufferKey, Any]] = []
     else:
+        _saver.replace_waiting(e.checkpoint_dir, step)
         snap = take_snapshot(dict(state), _saver.pool)
         payload, buffers = snap.state, snap.buffers
 

@@ -194,6 +194,20 @@ def test_a_newer_save_replaces_the_one_waiting_which_is_never_written(
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["ckpt-000000000001", "ckpt-000000000003"]
 
 
+def test_a_newer_copy_is_taken_into_the_memory_of_the_save_it_replaces(ckpt_dir: Path) -> None:
+    weights = torch.ones(1 << 16)
+    with writer_held():
+        first = sdk.save_checkpoint({"w": weights}, 1)
+        [(_, buffer)] = background_save._saver._queue[-1].buffers
+        weights.fill_(2.0)
+        second = sdk.save_checkpoint({"w": weights}, 2)
+        [(_, reused)] = background_save._saver._queue[-1].buffers
+        assert first is not None and first.status == "replaced"
+        assert reused is buffer  # no fresh memory while the writer is busy
+    assert second is not None and second.wait(WAIT_S) is not None
+    assert torch.equal(state_of(2)["w"], torch.full((1 << 16,), 2.0))
+
+
 def test_a_blocking_save_waits_for_the_one_being_written_and_is_never_replaced(
     ckpt_dir: Path,
 ) -> None:
@@ -277,6 +291,16 @@ def test_several_failures_are_raised_together(ckpt_dir: Path) -> None:
         sdk.save_checkpoint({"n": 4}, 4)
     assert (raised.value.step, raised.value.also_failed) == (3, [2])
     assert "(so did the checkpoints of steps 2)" in str(raised.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness")
+def test_the_writer_runs_at_a_lower_priority_than_training(ckpt_dir: Path) -> None:
+    with writer_held() as saving:
+        assert saving.status == "saving"
+        thread = background_save._saver._thread
+        assert thread is not None and thread.native_id is not None
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == min(19, mine + 10)
 
 
 def test_bad_arguments_are_refused_in_the_callers_thread(ckpt_dir: Path) -> None:
