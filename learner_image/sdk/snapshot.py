@@ -31,14 +31,20 @@ BufferKey = tuple[Hashable, ...]
 class BufferPool:
     """Tensors and arrays finished snapshots no longer need, by (kind, dtype, shape).
 
-    It holds at most as many bytes as the largest snapshot taken so far (enough for the next
-    snapshot of the same state while the previous one is being written), the buffers given
-    back last: a state whose shapes changed does not keep the old shapes' memory.
+    It holds at most two of the largest snapshot taken so far, the buffers given back last
+    (a state whose shapes changed does not keep the old shapes' memory). Two, because while
+    the writer lags (a save takes longer than the time to the next), one copy is being
+    written as the next is taken: two sets then take turns, and both are kept when the writer
+    catches up, so that the next lag needs no fresh memory either. That is no more memory
+    than the lag itself needs.
     """
+
+    SNAPSHOTS_KEPT = 2
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._free: dict[BufferKey, list[Any]] = {}  # the keys given back last come last
+        self._free: dict[BufferKey, list[Any]] = {}
+        self._given: dict[int, BufferKey] = {}  # id(buffer) -> key, the oldest given first
         self._bytes = 0
         self.limit = 0
 
@@ -51,28 +57,26 @@ class BufferPool:
             free = self._free.get(key)
             if not free:
                 return None
-            buf = free.pop()
-            if not free:
-                del self._free[key]
-            self._bytes -= buf.nbytes
-            return buf
+            return self._remove(key, free[-1])
 
     def give(self, buffers: Iterable[tuple[BufferKey, Any]]) -> None:
         with self._lock:
             for key, buf in buffers:
-                self._free[key] = [*self._free.pop(key, []), buf]
+                self._free.setdefault(key, []).append(buf)
+                self._given[id(buf)] = key
                 self._bytes += buf.nbytes
-            while self._bytes > self.limit:  # dropped, oldest first: freed once unreferenced
-                oldest = next(iter(self._free))
-                free = self._free[oldest]
-                self._bytes -= free.pop(0).nbytes
-                if not free:
-                    del self._free[oldest]
+            while self._bytes > self.limit:  # dropped: freed once nothing else holds them
+                oldest, key = next(iter(self._given.items()))
+                self._remove(key, next(b for b in self._free[key] if id(b) == oldest))
 
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
-            self._bytes = 0
+    def _remove(self, key: BufferKey, buf: Any) -> Any:
+        free = self._free[key]
+        del free[next(i for i, b in enumerate(free) if b is buf)]  # by identity, not ==
+        if not free:
+            del self._free[key]
+        del self._given[id(buf)]
+        self._bytes -= buf.nbytes
+        return buf
 
 
 @dataclass
@@ -87,7 +91,7 @@ def take_snapshot(state: Any, pool: BufferPool) -> Snapshot:
     taker = _Taker(pool)
     copied = taker.copy(state)
     snap = Snapshot(copied, taker.buffers, taker.nbytes)
-    pool.limit = max(pool.limit, snap.nbytes)
+    pool.limit = max(pool.limit, BufferPool.SNAPSHOTS_KEPT * snap.nbytes)
     return snap
 
 

@@ -389,7 +389,7 @@ def test_exit_waits_for_the_save_under_way(ckpt_dir: Path, tmp_path: Path) -> No
 def test_snapshots_reuse_the_buffers_of_finished_ones() -> None:
     pool = BufferPool()
     first = take_snapshot({"t": torch.ones(1000), "a": np.zeros(10)}, pool)
-    assert pool.limit == first.nbytes == 4000 + 80
+    assert first.nbytes == 4000 + 80 and pool.limit == 2 * first.nbytes
     pool.give(first.buffers)
     assert pool.nbytes == first.nbytes
     second = take_snapshot({"t": torch.full((1000,), 2.0), "a": np.ones(10)}, pool)
@@ -399,9 +399,14 @@ def test_snapshots_reuse_the_buffers_of_finished_ones() -> None:
     assert pool.nbytes == 0
     other_shape = take_snapshot({"t": torch.ones(10)}, pool)
     assert other_shape.state["t"].data_ptr() != first.state["t"].data_ptr()
-    pool.give(second.buffers + other_shape.buffers)  # more than one snapshot's worth
-    assert pool.nbytes == 80 + 40  # the oldest given back went first
-    assert pool.take(("torch", torch.float32, (1000,))) is None
+    third = take_snapshot({"t": torch.ones(1000)}, pool)  # fresh buffers: the pool is empty
+    fourth = take_snapshot({"t": torch.ones(1000)}, pool)
+    given = second.buffers + other_shape.buffers + third.buffers + fourth.buffers
+    pool.give(given)  # over two snapshots' worth: the oldest given back go first
+    assert pool.nbytes == 80 + 40 + 4000 + 4000 <= pool.limit
+    assert pool.take(("torch", torch.float32, (1000,))) is fourth.state["t"]
+    assert pool.take(("torch", torch.float32, (1000,))) is third.state["t"]
+    assert pool.take(("torch", torch.float32, (1000,))) is None  # second's was dropped
     assert pool.take(("torch", torch.float32, (10,))) is other_shape.state["t"]
 
 
