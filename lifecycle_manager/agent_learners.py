@@ -338,8 +338,9 @@ class LearnerTable:
     def _limit(self, pid: int, limits: Resources) -> None:
         """Apply resource limits the OS offers for a single process tree, best effort."""
         try:
-            niceness = os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS
-            os.setpriority(os.PRIO_PROCESS, pid, min(niceness, 19))
+            niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS, 19)
+            os.setpriority(os.PRIO_PROCESS, pid, niceness)
+            _nice_session(pid, niceness)
             _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             cap = (
                 OPEN_FILES_LIMIT if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_LIMIT)
@@ -510,3 +511,12 @@ class LearnerTable:
                 with contextlib.suppress(OSError):
                     parent.rmdir()
         self._changed.notify_all()
+
+
+def _nice_session(pid: int, niceness: int) -> None:
+    """Lower the learner's session as a whole. Where the kernel groups processes by session
+    for scheduling (`sched_autogroup_enabled`), a process's niceness only counts within its
+    session, and a learner (a session of its own) competes with every other session as one
+    unit at the session's own niceness, which is 0 unless set here."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")

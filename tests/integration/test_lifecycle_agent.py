@@ -149,6 +149,12 @@ def test_learners_yield_the_cpu_to_the_platforms_own_processes(agent: Agent) -> 
         lambda: os.getpriority(os.PRIO_PROCESS, started["pid"]) == wanted,
         f"the learner to run at niceness {wanted}",
     )
+    autogroup = Path(f"/proc/{started['pid']}/autogroup")
+    if autogroup.exists():  # sessions are scheduled as groups: the learner's is lowered too
+        wait_for(
+            lambda: autogroup.read_text().split()[-1] == str(wanted),
+            f"the learner's session to run at niceness {wanted}",
+        )
 
 
 def test_the_learner_gets_its_directories_and_environment(agent: Agent) -> None:
