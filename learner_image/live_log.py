@@ -1,6 +1,8 @@
 """Behind the durable log: the live stream, metric parsing and the metrics file.
 
-Three threads follow what `learner_image.learner_log` writes, each at its own pace:
+Three threads follow what `learner_image.learner_log` writes, each at its own pace and at a
+lower CPU priority than the program (which they must never slow down; on a busy core they
+fall behind instead, and catch up when the program waits or ends):
 
 - `LiveLogTail` sends the log's lines to the live stream in numbered batches. When it is
   more than `MAX_BEHIND_BYTES` behind (Redis slow or gone, a burst faster than it can send)
@@ -27,6 +29,7 @@ from typing import BinaryIO, Protocol
 
 from learner_image.learner_log import READ_BYTES, LearnerLog, capture_output, count_lines
 from learner_image.metrics_parser import MetricRecord
+from learner_image.sdk.thread_priority import lower_this_thread
 from storage.streams import BATCH_BYTES, METRIC_BATCH_POINTS, LogBatch, MetricBatch, metric_line
 
 MAX_BEHIND_BYTES = 4 << 20
@@ -77,6 +80,7 @@ class LiveSender:
         self._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
+        lower_this_thread()
         while True:
             items = [self._queue.get()]
             while len(items) < 64 and items[-1] is not None:
@@ -141,11 +145,19 @@ class _Follower:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def name(self) -> str:
+        return self._thread.name
+
     def join(self, timeout: float) -> bool:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _main(self) -> None:
+        lower_this_thread()
         try:
             with open(self.log.path, "rb") as f:
                 while True:
@@ -299,12 +311,31 @@ class LearnerOutput:
         """Bytes of the log and of the metrics file that hold whole lines, for an upload."""
         return self.log.extent()[0], self.metrics.size
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, stall_s: float = 30.0) -> None:
         """Let the live stream and the metrics catch up with the end of the log (the live
-        stream skipping ahead if it is far behind), send what is pending, stop."""
-        deadline = time.monotonic() + timeout
+        stream skipping ahead if it is far behind, the metrics however long that takes while
+        they make progress), send what is pending, stop. A follower that makes no progress
+        for `stall_s` is left behind, and said so on stderr."""
         self.log.close()
-        self.live.join(max(0.0, deadline - time.monotonic()))
-        self.metrics.join(max(0.0, deadline - time.monotonic()))
-        self.sender.close(max(0.0, deadline - time.monotonic()))
-        self.metrics.close()
+        for follower in (self.live, self.metrics):
+            if not _join_while_moving(follower, stall_s):
+                print(
+                    f"dlaas-learner: {follower.name} stuck at byte {follower.offset} of "
+                    f"{self.log.size}; left behind",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        self.sender.close(stall_s)
+        if not self.metrics.is_alive():
+            self.metrics.close()
+
+
+def _join_while_moving(follower: _Follower, stall_s: float) -> bool:
+    """Wait for a follower to finish while it moves on; False if it stalls for `stall_s`."""
+    last, still_since = follower.offset, time.monotonic()
+    while not follower.join(min(1.0, stall_s)):
+        if follower.offset != last:
+            last, still_since = follower.offset, time.monotonic()
+        elif time.monotonic() - still_since >= stall_s:
+            return False
+    return True

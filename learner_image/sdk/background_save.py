@@ -58,6 +58,7 @@ from learner_image.sdk.checkpoints import (
 )
 from learner_image.sdk.environment import LearnerEnv, env
 from learner_image.sdk.snapshot import BufferKey, BufferPool, take_snapshot
+from learner_image.sdk.thread_priority import lower_this_thread
 
 Status = Literal["queued", "saving", "committed", "replaced", "failed"]
 MAX_ERROR_CHARS = 2000  # of a failure's text in its record and event
@@ -184,7 +185,7 @@ class _Saver:
         _say(f"checkpoint step {last.handle.step} replaced by step {step} before it was written")
 
     def _run(self) -> None:
-        _yield_to_training()
+        lower_this_thread()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue))
@@ -246,26 +247,6 @@ class _Saver:
         """A forked child (a DataLoader worker, say) has no writer thread, and a lock held
         at the fork stays held in it: start afresh."""
         self._reset()
-
-
-WRITER_NICENESS = 10  # above the process's own
-
-
-def _yield_to_training() -> None:
-    """Run the calling thread (the writer) at a lower CPU priority than the training thread:
-    on a machine whose cores are all busy, the writer's copying and CRC work then waits for
-    training rather than slowing it (a save is late rather than every step slower). Linux
-    keeps a niceness per thread; elsewhere `setpriority` of a thread id could hit another
-    process, so this is Linux only."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(
-            os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICENESS)
-        )
-    except OSError:
-        pass
 
 
 _saver = _Saver()
