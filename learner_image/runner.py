@@ -363,14 +363,16 @@ class Runner:
         # A command stopped or killed by a signal did not finish: it has no results to store,
         # and its exit is reported (and its learner restarted) without that delay.
         finished = self.stop_signal is None and not report.signal
+        if report.exit_code != 0:
+            shipper.line(f"[dlaas] {report.reason}")
+        # The command's whole output is stored before anything that may wait on Redis.
+        self._try("store the log", self._upload_log)
         if finished:
             self._notify("STORING", reporter.status, "STORING")
         if uploader is not None:
             uploader.sync_once()
         if finished:
             self._upload_results()
-        if report.exit_code != 0:
-            shipper.line(f"[dlaas] {report.reason}")
         self._finish_logs()
         ending = dataclasses.replace(report, last_line=last_line[0])
         exit_reports.leave(ending, self.environ)
@@ -420,10 +422,14 @@ class Runner:
         """Drain the live stream and upload the durable files (best effort)."""
         if self.shipper is not None:
             self.shipper.close()
+        self._try("upload the log", self._upload_log)
+
+    @staticmethod
+    def _try(what: str, action: Callable[[], None]) -> None:
         try:
-            self._upload_log()
+            action()
         except Exception as exc:
-            print(f"dlaas-learner: could not upload the log: {exc}", file=sys.stderr, flush=True)
+            print(f"dlaas-learner: could not {what}: {exc}", file=sys.stderr, flush=True)
 
     def _stopped_before_start(self) -> int:
         assert self.stop_signal is not None and self.reporter is not None
