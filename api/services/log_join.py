@@ -79,9 +79,14 @@ class Position:
         return Taken(learner, gap, first, items)
 
 
-def encode_position(position: Position) -> str:
-    """`learner:last,learner:last` (learners with nothing delivered left out)."""
-    return ",".join(f"{learner}:{n}" for learner, n in sorted(position.delivered.items()) if n)
+def encode_position(position: Position, marked: int | None = None) -> str:
+    """`learner:last,learner:last` (learners with nothing delivered left out); with `marked`,
+    that learner's number is `*`, for a caller that fills it in line by line."""
+    return ",".join(
+        f"{learner}:{'*' if learner == marked else n}"
+        for learner, n in sorted(position.delivered.items())
+        if n or learner == marked
+    )
 
 
 def decode_position(text: str) -> Position:
