@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.k8s_control
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.checkpoint_stall
+	$(BIN)/python -m bench.log_flood
 
 # A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
 # and kubectl; see README "Kubernetes").
