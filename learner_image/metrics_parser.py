@@ -16,16 +16,17 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 STEP_GROUPS = ("step", "iteration", "iter")
 
 
-@dataclass(frozen=True)
-class MetricRecord:
+class MetricRecord(NamedTuple):
+    """A point parsed from a line (a tuple: the runner makes one per line of a flood)."""
+
     step: int | None
-    values: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ def to_step(value: Any) -> int | None:
         return value
     number: float | None = None
     if isinstance(value, str):
+        # The common case, without a float on the way; longer runs of digits go through
+        # float like the rest (int() refuses over 4300 digits, and \u00b2 is a "digit").
+        if len(value) <= 18 and value.isascii() and value.isdigit():
+            return int(value)
         number = to_number(value)
     elif isinstance(value, float) and math.isfinite(value):
         number = value

@@ -89,3 +89,12 @@ def test_to_step() -> None:
     assert to_step(True) is None
     assert to_step(None) is None
     assert to_step(7) == 7
+
+
+def test_odd_digit_strings_are_steps_or_nothing_never_an_error() -> None:
+    assert to_step("007") == 7
+    assert to_step("\u00b2") is None  # str.isdigit() says yes, int() says no
+    assert to_step("9" * 5000) is None  # past int()'s digit limit, and no finite float
+    assert to_step("1" * 30) == int(float("1" * 30))
+    parser = patterns(r"step (?P<step>\d+) loss (?P<loss>[\d.]+)")
+    assert parser.parse("step " + "9" * 5000 + " loss 0.5") == MetricRecord(None, {"loss": 0.5})
