@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from api.bounded_yaml import DocumentRefused, ValueRefused, YamlLimits, load_bounded_yaml
 from api.errors import Invalid
 from storage.metric_regexes import metric_regexes as stored_metric_regexes
 
@@ -35,7 +36,11 @@ MAX_MANIFEST_BYTES = 64 * 1024
 MAX_LEARNERS = 64
 MAX_NODES = 5_000
 MAX_DEPTH = 24
+MAX_NUMBER_CHARS = 100
 MAX_REGEX_CHARS = 2_000
+YAML_LIMITS = YamlLimits(
+    max_values=MAX_NODES, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS
+)
 
 RESERVED_ENV = frozenset(
     {
@@ -58,8 +63,6 @@ RESERVED_ENV = frozenset(
     }
 )
 RESERVED_ENV_PREFIX = "DLAAS_"
-
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SECRET_KEY = re.compile(r"pass(word|wd)?|secret|token|api_?key|private_?key|credential", re.I)
@@ -556,23 +559,14 @@ def _refuse(detail: str, field: str = "manifest") -> Invalid:
 _LEAVES = (str, int, float, bool, type(None), dt.date)
 
 
-def _check_shape(data: object) -> None:
-    """Refuse documents that would blow up later: alias bombs, deep nesting, odd types.
+def _check_values(data: object) -> None:
+    """Refuse what no field can use: keys that are not text, values of odd types.
 
-    Walks the loaded object as a tree (aliases counted each time they are used), so a YAML
-    alias bomb is stopped after MAX_NODES nodes however small its text is.
+    The document's size and depth are already bounded (`load_bounded_yaml`).
     """
-    stack: list[tuple[object, int, str]] = [(data, 0, "")]
-    nodes = 0
+    stack: list[tuple[object, str]] = [(data, "")]
     while stack:
-        value, depth, path = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES or depth > MAX_DEPTH:
-            raise _refuse(
-                f"manifest: expands to more than {MAX_NODES} values or nests deeper than "
-                f"{MAX_DEPTH} levels (YAML anchors/aliases count each use); write the values "
-                "out plainly"
-            )
+        value, path = stack.pop()
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
@@ -582,9 +576,9 @@ def _check_shape(data: object) -> None:
                         "it (YAML reads yes/no/on/off, numbers and dates as non-text)",
                         path or "manifest",
                     )
-                stack.append((item, depth + 1, f"{path}.{key}" if path else key))
+                stack.append((item, f"{path}.{key}" if path else key))
         elif isinstance(value, list):
-            stack.extend((item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
         elif not isinstance(value, _LEAVES):
             raise _refuse(
                 f"{path or 'manifest'}: holds a YAML value of type {type(value).__name__}, which "
@@ -609,7 +603,12 @@ def parse_manifest(text: bytes | str) -> Manifest:
                 f"manifest is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
             ) from None
     try:
-        data = yaml.load(text, Loader=_Loader)  # a safe loader, C-accelerated when available
+        data = load_bounded_yaml(text, YAML_LIMITS)
+    except DocumentRefused as refusal:
+        raise _refuse(f"manifest: {refusal.problem}") from None
+    except ValueRefused as refusal:
+        path = refusal.path or "manifest"
+        raise _refuse(f"invalid manifest: {path}: {refusal.problem}", path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
@@ -628,7 +627,7 @@ def parse_manifest(text: bytes | str) -> Manifest:
             f"manifest must be a YAML mapping of fields (name:, framework:, ...), not a "
             f"{_yaml_kind(data)}; start each top-level field at column 1 as `key: value`"
         )
-    _check_shape(data)
+    _check_values(data)
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from api import bounded_yaml
 from api.errors import Conflict, DlaasError, Invalid, NotFound, TooLarge, Unauthorized
 from api.manifest import (
+    MAX_DEPTH,
     MAX_MANIFEST_BYTES,
+    MAX_NODES,
     RESERVED_ENV,
     Manifest,
     metric_patterns,
@@ -346,6 +349,89 @@ def test_not_utf8() -> None:
 def test_utf8_bom_and_unicode_accepted() -> None:
     m = parse_manifest("\ufeffname: modèle-日本\n".encode() + MINIMAL.encode())
     assert m.name == "modèle-日本"
+
+
+def merge_key_bomb(levels: int) -> str:
+    """Each level merges the one below twice: the object doubles with every level."""
+    lines = ["b0: &b0 {k0: v}"]
+    lines += [f"b{i}: &b{i} {{<<: [*b{i - 1}, *b{i - 1}], k{i}: v}}" for i in range(1, levels)]
+    return MINIMAL + "\n".join(lines) + "\n"
+
+
+def billion_laughs(levels: int) -> str:
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return MINIMAL + "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def nothing_constructed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test if a document reaches construction, where a bomb's cost would be paid."""
+
+    def refuse_to_construct(*_args: object) -> object:
+        raise AssertionError("a refused document was constructed")
+
+    monkeypatch.setattr(bounded_yaml._Loader, "construct_document", refuse_to_construct)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [merge_key_bomb(18), merge_key_bomb(60), billion_laughs(9), billion_laughs(30)],
+    ids=["merge-keys-18", "merge-keys-60", "laughs-9", "laughs-30"],
+)
+@pytest.mark.usefixtures("nothing_constructed")
+def test_expanding_yaml_is_refused_before_it_is_constructed(text: str) -> None:
+    err = refuse(text)
+    assert err.field == "manifest"
+    assert f"more than {MAX_NODES} values" in err.detail
+    assert "merge keys count each use" in err.detail
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("x: &loop [a, *loop]\n", "x[1]"),
+        ("x: &loop {a: {b: *loop}}\n", "x.a.b"),
+        ("x: &loop {<<: *loop}\n", "x.<<"),
+    ],
+)
+@pytest.mark.usefixtures("nothing_constructed")
+def test_a_recursive_anchor_is_refused(text: str, where: str) -> None:
+    err = refuse(MINIMAL + text)
+    assert err.field == "manifest"
+    assert f"the alias at {where} refers to the anchor that contains it" in err.detail
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "\n",
+        "".join(" " * i + f"k{i}:\n" for i in range(MAX_DEPTH + 2)) + " " * 40 + "v\n",
+        "a: &a " + "[" * 20 + "]" * 20 + "\nb: [[[[[[*a]]]]]]\n",
+    ],
+    ids=["flow", "block", "through-an-alias"],
+)
+@pytest.mark.usefixtures("nothing_constructed")
+def test_nesting_deeper_than_the_limit_is_refused_naming_it(text: str) -> None:
+    err = refuse(MINIMAL + text)
+    assert err.field == "manifest"
+    assert f"nests deeper than {MAX_DEPTH} levels" in err.detail
+
+
+def test_anchors_and_merge_keys_within_the_limits_are_accepted() -> None:
+    m = parse_manifest(
+        MINIMAL
+        + "base: &base {a: 1, b: [x, y]}\n"
+        + "one: {<<: *base, c: 3}\n"
+        + "two: {<<: [*base], a: 2}\n"
+        + "deep: "
+        + "[" * MAX_DEPTH
+        + "]" * MAX_DEPTH
+        + "\n"
+    )
+    n = m.normalized()
+    assert n["one"] == {"a": 1, "b": ["x", "y"], "c": 3}
+    assert n["two"] == {"a": 2, "b": ["x", "y"]}
 
 
 def test_alias_bomb_refused_quickly() -> None:
