@@ -11,6 +11,7 @@ exception escape; every refusal is an `Invalid` naming the field and the fix.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -38,6 +39,9 @@ MAX_NODES = 5_000
 MAX_DEPTH = 24
 MAX_NUMBER_CHARS = 100
 MAX_REGEX_CHARS = 2_000
+MAX_MEMORY_BYTES = 1024**5
+# the largest whole number every reader of a manifest holds (SQL, JSON, Kubernetes quantities)
+MAX_WHOLE_NUMBER = 2**63 - 1
 YAML_LIMITS = YamlLimits(
     max_values=MAX_NODES, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS
 )
@@ -98,21 +102,29 @@ MEMORY_FORMS = (
 
 
 def parse_memory(value: object) -> int:
-    """'1Gb' -> 10**9, '512Mi' -> 512 * 2**20, 2048 -> 2048. ValueError on anything else."""
+    """'1Gb' -> 10**9, '512Mi' -> 512 * 2**20, 2048 -> 2048. ValueError on anything else.
+
+    The result lies between 1 byte and MAX_MEMORY_BYTES (1 PiB).
+    """
+    amount: float
     if isinstance(value, bool):
         raise ValueError(f"must be {MEMORY_FORMS}")
-    if isinstance(value, int):
-        result = value
-    elif isinstance(value, float) and value.is_integer():
-        result = int(value)
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        amount = value
     elif isinstance(value, str):
         match = _MEMORY_RE.match(value)
         unit = _MEMORY_UNITS.get(match.group(2).lower()) if match else None
         if match is None or unit is None:
             raise ValueError(f"{_show(value)} is not understood; use {MEMORY_FORMS}")
-        result = round(float(match.group(1)) * unit)
+        amount = float(match.group(1)) * unit  # a string of many digits gives inf
     else:
         raise ValueError(f"must be {MEMORY_FORMS}")
+    if not amount <= MAX_MEMORY_BYTES:
+        raise ValueError(
+            f"{_show(value)} is above the limit of 1 PiB ({MAX_MEMORY_BYTES} bytes); "
+            "ask for at most 1024Ti"
+        )
+    result = round(amount)
     if result <= 0:
         raise ValueError(f"must be more than 0 bytes; use {MEMORY_FORMS}")
     return result
@@ -474,8 +486,8 @@ _FIXES: dict[str, str] = {
         "add framework.command: the shell command that starts training, e.g. python train.py"
     ),
     "learners": f"use a whole number from 1 to {MAX_LEARNERS}",
-    "gpus": "use a whole number of GPUs per learner, 0 or more",
-    "cpus": "use a number of CPUs per learner above 0, e.g. 0.5 or 2",
+    "gpus": "use a whole number of GPUs per learner, 0 or more, up to 64",
+    "cpus": "use a number of CPUs per learner above 0 and up to 1024, e.g. 0.5 or 2",
     "name": "use up to 100 printable characters on one line",
     "data_stores": (
         "give a list of stores, each with id, type, training_data: {container: ...} and "
@@ -559,8 +571,23 @@ def _refuse(detail: str, field: str = "manifest") -> Invalid:
 _LEAVES = (str, int, float, bool, type(None), dt.date)
 
 
+def _refuse_value(path: str, problem: str) -> Invalid:
+    # only a fix written for this very field: a block's fix lists its keys, not their ranges
+    fix = _FIXES.get(path, "write a smaller number, or quote it if it is text")
+    return _refuse(f"invalid manifest: {path}: {problem}; {fix}", path)
+
+
+def _check_number(value: float, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _refuse_value(path, f"{value} is not a finite number")
+    if isinstance(value, int) and abs(value) > MAX_WHOLE_NUMBER:
+        raise _refuse_value(
+            path, f"{_show(value)} is beyond the largest number a manifest holds (2**63 - 1)"
+        )
+
+
 def _check_values(data: object) -> None:
-    """Refuse what no field can use: keys that are not text, values of odd types.
+    """Refuse what no field can use: keys that are not text, odd types, endless numbers.
 
     The document's size and depth are already bounded (`load_bounded_yaml`).
     """
@@ -579,6 +606,8 @@ def _check_values(data: object) -> None:
                 stack.append((item, f"{path}.{key}" if path else key))
         elif isinstance(value, list):
             stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            _check_number(value, path or "manifest")
         elif not isinstance(value, _LEAVES):
             raise _refuse(
                 f"{path or 'manifest'}: holds a YAML value of type {type(value).__name__}, which "

@@ -14,6 +14,7 @@ from api.errors import Conflict, DlaasError, Invalid, NotFound, TooLarge, Unauth
 from api.manifest import (
     MAX_DEPTH,
     MAX_MANIFEST_BYTES,
+    MAX_MEMORY_BYTES,
     MAX_NODES,
     RESERVED_ENV,
     Manifest,
@@ -237,6 +238,20 @@ def test_storage_uses_memory_forms() -> None:
     assert refuse(with_minimal("storage: 10 parsecs\n")).field == "storage"
 
 
+def test_memory_up_to_one_pib_is_accepted() -> None:
+    assert parse_memory("1024Ti") == MAX_MEMORY_BYTES == 1024**5
+    assert parse_memory(MAX_MEMORY_BYTES) == MAX_MEMORY_BYTES
+
+
+@pytest.mark.parametrize(
+    "value", ["9" * 400 + "Gi", "1025Ti", "1000000TB", str(1024**5 + 1), "1.0e+300"]
+)
+def test_memory_above_one_pib_is_refused_naming_the_limit(value: str) -> None:
+    err = refuse(with_minimal(f"memory: {value}\n"))
+    assert err.field == "memory"
+    assert "1 PiB" in err.detail and "1024Ti" in err.detail
+
+
 # --- resources ----------------------------------------------------------------------------
 
 
@@ -268,6 +283,60 @@ def test_resource_refusals(extra: str, field: str, words: str) -> None:
 def test_resources_accepted() -> None:
     m = parse_manifest(with_minimal("learners: 64\ngpus: 2\ncpus: 0.25\n"))
     assert (m.learners, m.gpus, m.cpus) == (64, 2, 0.25)
+
+
+HUGE = "9" * 30  # a whole number no field can hold, short enough to be read as one
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "words"),
+    [
+        ("learners: " + HUGE, "learners", "2**63 - 1"),
+        ("learners: .inf", "learners", "not a finite number"),
+        ("learners: " + "9" * 101, "learners", "above the limit of 100"),
+        ("gpus: 65", "gpus", "up to 64"),
+        ("gpus: 1.0e+300", "gpus", "up to 64"),
+        ("cpus: 1025", "cpus", "up to 1024"),
+        ("cpus: -.inf", "cpus", "not a finite number"),
+        ("cpus: " + HUGE, "cpus", "up to 1024"),
+        ("storage: 1025Ti", "storage", "1 PiB"),
+        ("checkpoint: {interval_s: 86401}", "checkpoint.interval_s", "86400"),
+        ("checkpoint: {interval_s: .inf}", "checkpoint.interval_s", "not a finite number"),
+        ("checkpoint: {keep: 101}", "checkpoint.keep", "100"),
+        ("restart_policy: {max_restarts: 101}", "restart_policy.max_restarts", "100"),
+        ("restart_policy: {max_restarts: " + HUGE + "}", "restart_policy.max_restarts", "2**63"),
+        ("restart_policy: {backoff_s: 3601}", "restart_policy.backoff_s", "3600"),
+        ("restart_policy: {backoff_max_s: .nan}", "restart_policy.backoff_max_s", "finite"),
+        ("restart_policy: {identical_failures: 101}", "restart_policy.identical_failures", "100"),
+        (
+            "restart_policy: {heartbeat_timeout_s: 86401}",
+            "restart_policy.heartbeat_timeout_s",
+            "86400",
+        ),
+        (
+            "restart_policy: {fail_on_exit_codes: [256]}",
+            "restart_policy.fail_on_exit_codes[0]",
+            "from 1 to 255",
+        ),
+        (
+            "parameter_server: {mode: bounded, staleness: 10001}",
+            "parameter_server.staleness",
+            "10000",
+        ),
+        ("elastic: {min_learners: 65}", "elastic.min_learners", "64"),
+        ("elastic: {max_learners: " + HUGE + "}", "elastic.max_learners", "2**63 - 1"),
+        ("evaluation_metrics: {line_lookahead: 1001}", "evaluation_metrics.line_lookahead", "1000"),
+        ("model_definition: {size: .inf}", "model_definition.size", "not a finite number"),
+        ("model_definition: {size: " + HUGE + "}", "model_definition.size", "2**63 - 1"),
+        ("environment: {N: .nan}", "environment.N", "not a finite number"),
+        ("tags: [1, 2, " + "9" * 500 + "]", "tags[2]", "500 characters long"),
+    ],
+)
+def test_every_number_is_range_checked_naming_the_field(extra: str, field: str, words: str) -> None:
+    err = refuse(with_minimal(extra + "\n"))
+    assert err.field == field
+    assert err.detail.startswith(f"invalid manifest: {field}:")
+    assert words in err.detail
 
 
 def test_all_errors_listed() -> None:
