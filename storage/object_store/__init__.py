@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from storage.object_store.base import (
     CHUNK_SIZE,
+    BadContinuation,
     ObjectInfo,
     ObjectNotFound,
+    ObjectPage,
     ObjectStore,
     ProgressCallback,
     validate_key,
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK_SIZE",
+    "BadContinuation",
     "LocalObjectStore",
     "ObjectInfo",
     "ObjectNotFound",
+    "ObjectPage",
     "ObjectStore",
     "ProgressCallback",
     "S3ObjectStore",

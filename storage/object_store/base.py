@@ -27,10 +27,22 @@ class ObjectNotFound(KeyError):
         return f"no object at key {self.key!r}"
 
 
+class BadContinuation(ValueError):
+    """A continuation this store did not hand out (or no longer accepts)."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str
     size: int
+
+
+@dataclass(frozen=True)
+class ObjectPage:
+    """One page of a listing; `continuation` (None on the last page) asks for the next."""
+
+    objects: list[ObjectInfo]
+    continuation: str | None
 
 
 class ObjectStore(Protocol):
@@ -56,6 +68,15 @@ class ObjectStore(Protocol):
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
 
+    def list_page(self, prefix: str, limit: int, continuation: str | None = None) -> ObjectPage:
+        """At most `limit` objects under `prefix`, from where `continuation` left off.
+
+        Following the continuations lists every object present for the whole listing
+        exactly once. A continuation is opaque and meaningful only with the same prefix;
+        one the store cannot read raises `BadContinuation`.
+        """
+        ...
+
     def delete_prefix(self, prefix: str) -> int: ...
 
 
@@ -78,6 +99,11 @@ def validate_prefix(prefix: str) -> str:
     if prefix:
         _check_path_text(prefix, "object key prefix")
     return prefix
+
+
+def check_page_size(limit: int) -> None:
+    if limit <= 0:
+        raise ValueError(f"limit must be positive, got {limit}")
 
 
 def check_range(chunk_size: int, start: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ from storage.object_store.base import (
     RESERVED_PREFIX,
     ObjectInfo,
     ObjectNotFound,
+    ObjectPage,
     ProgressCallback,
+    check_page_size,
     check_range,
     validate_key,
     validate_prefix,
@@ -93,11 +96,24 @@ class LocalObjectStore:
         return self._path(key).is_file()
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        return self._listed(prefix, after=None)
+
+    def list_page(self, prefix: str, limit: int, continuation: str | None = None) -> ObjectPage:
+        """The continuation is the last key listed, less the prefix: where to go on from."""
+        check_page_size(limit)
+        after = None if continuation is None else prefix + continuation
+        found = list(itertools.islice(self._listed(prefix, after), limit + 1))
+        objects = found[:limit]
+        more = len(found) > limit
+        return ObjectPage(objects, objects[-1].key[len(prefix) :] if more else None)
+
+    def _listed(self, prefix: str, after: str | None) -> Iterator[ObjectInfo]:
+        """Objects under `prefix` in key order, only those after the key `after`."""
         validate_prefix(prefix)
         folder, _, _ = prefix.rpartition("/")
         start = self.root.joinpath(*folder.split("/")) if folder else self.root
         base = f"{folder}/" if folder else ""
-        for info in _walk_sorted(start, base):
+        for info in _walk_sorted(start, base, after):
             if info.key.startswith(prefix):
                 yield info
 
@@ -129,8 +145,9 @@ def _chunks(source: BinaryIO, chunk_size: int) -> Iterator[bytes]:
             yield chunk
 
 
-def _walk_sorted(folder: Path, base: str) -> Iterator[ObjectInfo]:
-    """Yield the files under `folder` in key order (as S3 lists them)."""
+def _walk_sorted(folder: Path, base: str, after: str | None = None) -> Iterator[ObjectInfo]:
+    """Yield the files under `folder` in key order (as S3 lists them), those after the key
+    `after` only: a folder whose every key sorts before it is not even read."""
     try:
         entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):
@@ -142,10 +159,14 @@ def _walk_sorted(folder: Path, base: str) -> Iterator[ObjectInfo]:
         is_dir = entry.is_dir(follow_symlinks=False)
         named.append((entry.name + "/" if is_dir else entry.name, entry))
     for name, entry in sorted(named, key=lambda item: item[0]):
+        key = base + name
         if name.endswith("/"):
-            yield from _walk_sorted(Path(entry.path), base + name)
+            if after is None or key > after or after.startswith(key):
+                yield from _walk_sorted(Path(entry.path), key, after)
+        elif after is not None and key <= after:
+            continue
         elif entry.is_file():
-            yield ObjectInfo(key=base + name, size=entry.stat().st_size)
+            yield ObjectInfo(key=key, size=entry.stat().st_size)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -21,9 +21,12 @@ from botocore.exceptions import ClientError
 from storage.object_store.atomic import Readable, read_full, write_atomically
 from storage.object_store.base import (
     CHUNK_SIZE,
+    BadContinuation,
     ObjectInfo,
     ObjectNotFound,
+    ObjectPage,
     ProgressCallback,
+    check_page_size,
     check_range,
     validate_key,
     validate_prefix,
@@ -44,6 +47,7 @@ PARTS_PER_STEP = 1_000
 so that 10,000 parts reach about 440 GiB."""
 DELETE_BATCH = 1_000
 _NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
+_BAD_TOKEN = frozenset({"400", "InvalidArgument", "InvalidToken"})
 
 PartSizer = Callable[[int], int]
 """Size of part `number` (1-based) of an upload."""
@@ -248,6 +252,30 @@ class S3ObjectStore:
         ]
         found.sort(key=lambda info: info.key)
         return iter(found)
+
+    def list_page(self, prefix: str, limit: int, continuation: str | None = None) -> ObjectPage:
+        """A page of at most `limit` objects (S3 answers 1000 at most), sorted as `list` is;
+        the continuation is S3's own continuation token."""
+        check_page_size(limit)
+        validate_prefix(prefix)
+        size = min(limit, 1000)
+        try:
+            if continuation is None:
+                answer = self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=prefix, MaxKeys=size
+                )
+            else:
+                answer = self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=prefix, MaxKeys=size, ContinuationToken=continuation
+                )
+        except ClientError as exc:
+            if continuation is not None and _code(exc) in _BAD_TOKEN:
+                raise BadContinuation(f"S3 refused the continuation token: {exc}") from None
+            raise
+        objects = [ObjectInfo(key=i["Key"], size=i["Size"]) for i in answer.get("Contents", [])]
+        objects.sort(key=lambda info: info.key)
+        following = answer.get("NextContinuationToken") if answer.get("IsTruncated") else None
+        return ObjectPage(objects, following or None)
 
     def delete_prefix(self, prefix: str) -> int:
         count = 0

@@ -18,6 +18,7 @@ from storage.object_store import (
     LocalObjectStore,
     ObjectInfo,
     ObjectNotFound,
+    ObjectPage,
     ObjectStore,
     S3ObjectStore,
     open_object_store,
@@ -205,6 +206,48 @@ def test_list_is_sorted_and_selects_by_prefix(store: ObjectStore) -> None:
     assert list(store.list("zzz/")) == []
 
 
+def _every_page(store: ObjectStore, prefix: str, limit: int) -> list[ObjectPage]:
+    pages = [store.list_page(prefix, limit)]
+    while pages[-1].continuation is not None:
+        pages.append(store.list_page(prefix, limit, pages[-1].continuation))
+    return pages
+
+
+def test_list_page_lists_every_object_once_page_by_page(store: ObjectStore) -> None:
+    keys = ["b", "a/c/d", "ab", "a.txt", "a/b", "a-z", "a/c/e/f", "a/c/e/g", "a/d"]
+    for key in keys:
+        store.put_bytes(key, key.encode())
+
+    for prefix in ("", "a", "a/", "a/c/"):
+        wanted = sorted(k for k in keys if k.startswith(prefix))
+        for limit in (1, 2, 3, 1000):
+            pages = _every_page(store, prefix, limit)
+            listed = [info.key for page in pages for info in page.objects]
+            assert sorted(listed) == wanted, (prefix, limit)
+            assert len(listed) == len(wanted)
+            assert all(0 < len(page.objects) <= limit for page in pages)
+            assert len(pages) == max(1, -(-len(wanted) // limit))
+    assert store.list_page("a/", 10).objects == [
+        ObjectInfo("a/b", 3),
+        ObjectInfo("a/c/d", 5),
+        ObjectInfo("a/c/e/f", 7),
+        ObjectInfo("a/c/e/g", 7),
+        ObjectInfo("a/d", 3),
+    ]
+    assert store.list_page("zzz/", 10) == ObjectPage([], None)
+    with pytest.raises(ValueError):
+        store.list_page("a/", 0)
+
+
+def test_a_local_continuation_is_where_a_page_ended_under_its_prefix(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "objects")
+    for key in ("x/1", "x/2/a", "x/3", "y/1"):
+        store.put_bytes(key, b"")
+    page = store.list_page("x/", 2)
+    assert (page.continuation, [i.key for i in page.objects]) == ("2/a", ["x/1", "x/2/a"])
+    assert [i.key for i in store.list_page("y/", 5, "0").objects] == ["y/1"]
+
+
 def test_list_and_delete_beyond_one_page(s3_store: S3ObjectStore, seaweedfs: str) -> None:
     keys = [f"jobs/j/results/part-{n:05d}" for n in range(1005)]
     # Seeded through the plain REST API (the test server takes unsigned requests): a quarter
@@ -214,6 +257,9 @@ def test_list_and_delete_beyond_one_page(s3_store: S3ObjectStore, seaweedfs: str
 
     listed = [info.key for info in s3_store.list("jobs/j/")]
     assert listed == keys
+    paged = _every_page(s3_store, "jobs/j/", 1000)
+    assert [len(page.objects) for page in paged] == [1000, 5]
+    assert sorted(info.key for page in paged for info in page.objects) == keys
     assert s3_store.delete_prefix("jobs/j/") == 1005
     assert [info.key for info in s3_store.list("")] == ["jobs/other/keep"]
 
