@@ -13,7 +13,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from api.archive import ArchiveLimits
+from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
 from api.errors import DlaasError
+from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
@@ -25,6 +27,12 @@ from storage.object_store import open_object_store
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.api")
+
+JSON_BODY_LIMIT = BodyLimit(
+    1024**2, "body", "JSON requests are small; send only the fields the route takes"
+)
+# multipart boundaries and part headers around a submission's manifest and model
+SUBMIT_FORM_OVERHEAD = 64 * 1024
 
 
 async def _ensure_admin(state: ApiState) -> None:
@@ -74,6 +82,29 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=500)
 
 
+def _body_limits(app: FastAPI, settings: Settings) -> LimitFor:
+    data_limit = BodyLimit(
+        settings.max_data_upload_bytes,
+        "body",
+        "split the data into several files, or raise DLAAS_MAX_DATA_UPLOAD_BYTES",
+    )
+
+    def limit_for(method: str, path: str) -> BodyLimit:
+        if method == "POST" and path == "/v2/jobs":
+            state: ApiState = app.state.dlaas
+            return BodyLimit(
+                state.archive_limits.max_bytes + MAX_MANIFEST_BYTES + SUBMIT_FORM_OVERHEAD,
+                "model",
+                "leave data and checkpoints out of the model archive (upload data with "
+                "`dlaas data upload`)",
+            )
+        if method == "PUT" and path.startswith("/v2/data/"):
+            return data_limit
+        return JSON_BODY_LIMIT
+
+    return limit_for
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -105,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     for module in (jobs, logs, results, data, users, system):
         app.include_router(module.router)
     return app

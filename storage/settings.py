@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     max_archive_files: int = 10_000
     max_archive_unpacked_bytes: int = 2 * 1024 * 1024 * 1024
     max_compression_ratio: float = 200.0
+    # One `PUT /v2/data/...` body; larger bodies are refused (413) before they are read.
+    max_data_upload_bytes: int = 5 * 1024**3
 
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:
