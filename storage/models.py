@@ -29,7 +29,8 @@ class User(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_owner_created", "owner_id", "created_at"),)
+    # Serves a user's job list, newest first and paged by (created_at, id).
+    __table_args__ = (Index("ix_jobs_owner_created_id", "owner_id", "created_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -50,9 +51,11 @@ class Job(Base):
 
 class JobEvent(Base):
     __tablename__ = "job_events"
+    # Serves a job's events in order, paged by id.
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     time: Mapped[datetime] = mapped_column(default=utcnow)
     kind: Mapped[str] = mapped_column(String(32))
     from_state: Mapped[str | None] = mapped_column(String(16), default=None)
