@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from storage.models import Job, JobEvent
+
+NextCursor = Annotated[
+    str | None,
+    Field(description="Pass it as `cursor` for the next page; null on the last page."),
+]
 
 SECRET_KEYS = frozenset({"password", "secret", "secret_key", "secret_access_key", "token"})
 
@@ -54,6 +59,7 @@ class JobPublic(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobPublic]
+    next: NextCursor = None
 
 
 class EventPublic(BaseModel):
@@ -78,6 +84,7 @@ class EventPublic(BaseModel):
 
 class EventList(BaseModel):
     events: list[EventPublic]
+    next: NextCursor = None
 
 
 class FileInfo(BaseModel):
@@ -87,6 +94,7 @@ class FileInfo(BaseModel):
 
 class FileList(BaseModel):
     files: list[FileInfo]
+    next: NextCursor = None
 
 
 class MetricPoint(BaseModel):

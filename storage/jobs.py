@@ -95,16 +95,6 @@ async def lock_job(session: AsyncSession, job_id: str) -> Job | None:
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def list_jobs(session: AsyncSession, *, owner_id: int, limit: int = 200) -> Sequence[Job]:
-    query = (
-        select(Job)
-        .where(Job.owner_id == owner_id, Job.deleted_at.is_(None))
-        .order_by(Job.created_at.desc(), Job.id)
-        .limit(limit)
-    )
-    return (await session.execute(query)).scalars().all()
-
-
 async def jobs_in_states(session: AsyncSession, states: Sequence[JobState]) -> Sequence[Job]:
     query = select(Job).where(Job.state.in_([str(s) for s in states])).order_by(Job.created_at)
     return (await session.execute(query)).scalars().all()

@@ -11,7 +11,9 @@ from fastapi import APIRouter, Request
 
 from api.deps import CurrentUser, StateDep
 from api.errors import Invalid
+from api.pagination import PageQuery
 from api.schemas import FileInfo, FileList
+from api.services import lists
 from storage.training_data import data_prefix
 
 router = APIRouter(prefix="/v2/data", tags=["data"])
@@ -60,8 +62,12 @@ async def upload_data(
 
 
 @router.get("/{container}", response_model=FileList)
-async def list_data(container: str, state: StateDep, user: CurrentUser) -> FileList:
+async def list_data(
+    container: str,
+    state: StateDep,
+    user: CurrentUser,
+    page: PageQuery,
+) -> FileList:
+    """The files of one of your data containers, a page at a time."""
     _check_container(container)
-    prefix = data_prefix(user.id, container)
-    infos = await to_thread.run_sync(lambda: list(state.objects.list(prefix)))
-    return FileList(files=[FileInfo(path=i.key[len(prefix) :], size=i.size) for i in infos])
+    return await lists.file_list(state.objects, data_prefix(user.id, container), page)

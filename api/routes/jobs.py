@@ -2,17 +2,55 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.datastructures import UploadFile
 
 from api.deps import CurrentUser, SessionDep, StateDep
 from api.errors import DlaasError, Invalid, TooLarge
-from api.schemas import EventList, EventPublic, JobList, JobPublic
+from api.pagination import PageQuery
+from api.schemas import EventList, JobList, JobPublic
 from api.services import jobs as service
+from api.services import lists
+from api.services.lists import JobSearch
+from storage.job_states import JobState
 
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
+
+StatesFilter = Annotated[
+    tuple[str, ...],
+    Query(
+        description="Only jobs in these states; repeat it for several.",
+        json_schema_extra={"items": {"type": "string", "enum": [s.value for s in JobState]}},
+    ),
+]
+NameFilter = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=100,
+        description="Only jobs whose name contains this text, ignoring case.",
+    ),
+]
+OwnerFilter = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=100,
+        description="Only this user's jobs: for admins; anyone else naming another user "
+        "gets an empty list.",
+    ),
+]
+CreatedBefore = Annotated[
+    datetime | None,
+    Query(description="Only jobs created before this ISO 8601 time (UTC if it has no zone)."),
+]
+CreatedAfter = Annotated[
+    datetime | None,
+    Query(description="Only jobs created after this ISO 8601 time (UTC if it has no zone)."),
+]
 
 _MANIFEST_MAX = 64 * 1024
 _SUBMIT_BODY: dict[str, Any] = {
@@ -80,9 +118,20 @@ async def submit_job(
 
 
 @router.get("", response_model=JobList)
-async def list_jobs(session: SessionDep, user: CurrentUser) -> JobList:
-    jobs = await service.list_jobs(session, user)
-    return JobList(jobs=[JobPublic.of(job, user.name) for job in jobs])
+async def list_jobs(
+    session: SessionDep,
+    user: CurrentUser,
+    page: PageQuery,
+    state: StatesFilter = (),
+    name: NameFilter = None,
+    owner: OwnerFilter = None,
+    created_before: CreatedBefore = None,
+    created_after: CreatedAfter = None,
+) -> JobList:
+    """Your jobs, newest first, a page at a time. Filters combine; a cursor is a position in
+    the newest-first order, so with other filters it goes on from there under those."""
+    search = JobSearch(state, name, owner, created_before, created_after)
+    return await lists.list_jobs(session, user, search, page)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
@@ -113,6 +162,11 @@ async def delete_job(
 
 
 @router.get("/{job_id}/events", response_model=EventList)
-async def job_events(job_id: str, session: SessionDep, user: CurrentUser) -> EventList:
-    events = await service.job_events(session, user, job_id)
-    return EventList(events=[EventPublic.of(event) for event in events])
+async def job_events(
+    job_id: str,
+    session: SessionDep,
+    user: CurrentUser,
+    page: PageQuery,
+) -> EventList:
+    """The job's events, oldest first, a page at a time."""
+    return await lists.job_events(session, user, job_id, page)

@@ -8,8 +8,10 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, SessionDep, StateDep
 from api.errors import NotFound
-from api.schemas import FileInfo, FileList
+from api.pagination import PageQuery
+from api.schemas import FileList
 from api.services import jobs as service
+from api.services import lists
 from storage.object_store import ObjectNotFound
 
 router = APIRouter(prefix="/v2/jobs", tags=["results"])
@@ -21,12 +23,15 @@ def results_prefix(job_id: str) -> str:
 
 @router.get("/{job_id}/results", response_model=FileList)
 async def list_results(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: str,
+    state: StateDep,
+    session: SessionDep,
+    user: CurrentUser,
+    page: PageQuery,
 ) -> FileList:
+    """The job's result files, a page at a time."""
     await service.owned_job(session, user, job_id)
-    prefix = results_prefix(job_id)
-    infos = await to_thread.run_sync(lambda: list(state.objects.list(prefix)))
-    return FileList(files=[FileInfo(path=i.key[len(prefix) :], size=i.size) for i in infos])
+    return await lists.file_list(state.objects, results_prefix(job_id), page)
 
 
 @router.get("/{job_id}/results/{path:path}", response_model=None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from anyio import to_thread
@@ -16,7 +16,7 @@ from api.manifest import parse_manifest
 from api.state import ApiState
 from storage import jobs as repo
 from storage.job_states import FINAL_STATES, Desired, JobState
-from storage.models import Job, JobEvent
+from storage.models import Job
 from storage.object_store import ObjectStore
 from storage.training_data import data_prefix, training_data_store
 
@@ -108,15 +108,6 @@ async def owned_job(session: AsyncSession, user: Principal, job_id: str) -> Job:
             field="job_id",
         )
     return job
-
-
-async def list_jobs(session: AsyncSession, user: Principal) -> Sequence[Job]:
-    return await repo.list_jobs(session, owner_id=user.id)
-
-
-async def job_events(session: AsyncSession, user: Principal, job_id: str) -> Sequence[JobEvent]:
-    await owned_job(session, user, job_id)
-    return await repo.list_events(session, job_id)
 
 
 async def _locked_job(session: AsyncSession, user: Principal, job_id: str) -> Job:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -76,7 +77,7 @@ async def submit(
 
 @asynccontextmanager
 async def running_api(
-    database_url: str, redis_url: str, objects_dir: Path
+    database_url: str, redis_url: str, objects_dir: Path, **more_settings: Any
 ) -> AsyncIterator[Harness]:
     settings = Settings(
         home=objects_dir.parent,
@@ -84,6 +85,7 @@ async def running_api(
         redis_url=redis_url,
         objects_dir=objects_dir,
         admin_token=ADMIN_TOKEN,
+        **more_settings,
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):
