@@ -1,8 +1,10 @@
 """`DlaasClient`: the dlaas REST API (`/v2`) over a synchronous httpx client.
 
-Every method returns the parsed JSON of one endpoint. A 4xx/5xx answer raises `ApiError`
-with the server's `{"error", "detail"}`; an unreachable server raises `DlaasConnectionError`.
-Uploads and downloads stream in chunks and report progress as byte increments.
+Every method returns the parsed JSON of one endpoint; a method that returns a list follows
+the pages of its endpoint to the last (`jobs_page` gives one page). A 4xx/5xx answer raises
+`ApiError` with the server's `{"error", "detail"}`; an unreachable server raises
+`DlaasConnectionError`. Uploads and downloads stream in chunks and report progress as byte
+increments.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -112,14 +114,31 @@ class DlaasClient:
             }
             return self._json("POST", "/v2/jobs", files=files, timeout=_upload_timeout())
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        return list(self._json("GET", "/v2/jobs").get("jobs", []))
+    def jobs_page(
+        self,
+        *,
+        states: Sequence[str] = (),
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of `GET /v2/jobs`, newest first: `{"jobs": [...], "next": cursor|None}`."""
+        params = _job_filters(states, limit)
+        if cursor is not None:
+            params["cursor"] = cursor
+        return self._json("GET", "/v2/jobs", params=params)
+
+    def list_jobs(
+        self, *, states: Sequence[str] = (), limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Every job (in `states`, if given), newest first, `limit` per request."""
+        return self._every("/v2/jobs", "jobs", _job_filters(states, limit))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self._json("GET", _job(job_id))
 
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
-        return list(self._json("GET", f"{_job(job_id)}/events").get("events", []))
+        """Every event of the job, oldest first."""
+        return self._every(f"{_job(job_id)}/events", "events")
 
     def halt_job(self, job_id: str) -> dict[str, Any]:
         return self._json("POST", f"{_job(job_id)}/halt")
@@ -136,7 +155,8 @@ class DlaasClient:
         return list(self._json("GET", f"{_job(job_id)}/metrics", params=params).get("metrics", []))
 
     def job_results(self, job_id: str) -> list[dict[str, Any]]:
-        return list(self._json("GET", f"{_job(job_id)}/results").get("files", []))
+        """Every result file of the job: `{"path", "size"}` each."""
+        return self._every(f"{_job(job_id)}/results", "files")
 
     def download_result(
         self, job_id: str, path: str, target: Path, progress: ProgressCallback | None = None
@@ -185,7 +205,8 @@ class DlaasClient:
         )
 
     def list_data(self, container: str) -> list[dict[str, Any]]:
-        return list(self._json("GET", f"/v2/data/{quote(container, safe='')}").get("files", []))
+        """Every file of the data container: `{"path", "size"}` each."""
+        return self._every(f"/v2/data/{quote(container, safe='')}", "files")
 
     # -- platform ---------------------------------------------------------------------------
 
@@ -278,6 +299,31 @@ class DlaasClient:
                 path=path,
             ) from exc
         return body if isinstance(body, dict) else {"items": body}
+
+    def _every(
+        self, path: str, key: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The items under `key` of every page of a list, following each page's `next`."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page_params = dict(params or {})
+            if cursor is not None:
+                page_params["cursor"] = cursor
+            body = self._json("GET", path, params=page_params)
+            items.extend(body.get(key) or [])
+            following = body.get("next")
+            if not following:
+                return items
+            if following == cursor:
+                raise ApiError(
+                    200,
+                    "bad_response",
+                    f"the server answered GET {path} with the same page again",
+                    method="GET",
+                    path=path,
+                )
+            cursor = str(following)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -437,6 +483,15 @@ def _detail_text(detail: Any) -> str:
                 parts.append(str(item))
         return "; ".join(parts)
     return json.dumps(detail)
+
+
+def _job_filters(states: Sequence[str], limit: int | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if states:
+        params["state"] = list(states)
+    if limit is not None:
+        params["limit"] = str(limit)
+    return params
 
 
 def _job(job_id: str) -> str:

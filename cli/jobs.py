@@ -113,14 +113,61 @@ def describe_submit_error(exc: ApiError, manifest: Path, model: Path) -> str:
 
 
 @dlaas_command
-def list_jobs(inv: Invocation) -> None:
-    """List your jobs, newest first."""
-    jobs = inv.client().list_jobs()
+def list_jobs(
+    inv: Invocation,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every job, fetched page after page.")
+    ] = False,
+    states: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help="Only jobs in STATE (RUNNING, FAILED, ...); repeat it for several.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            max=1000,
+            help="Jobs per page (the server's default: 100).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """List your jobs, newest first: the first page, or every job with --all."""
+    wanted = [state.upper() for state in states or []]
+    client = inv.client()
+    following: str | None = None
+    if every:
+        jobs = client.list_jobs(states=wanted, limit=limit)
+    else:
+        page = client.jobs_page(states=wanted, limit=limit)
+        jobs = list(page.get("jobs") or [])
+        following = page.get("next") or None
     if inv.json:
-        print_json({"jobs": jobs})
-        return
+        print_json({"jobs": jobs, "next": following} if not every else {"jobs": jobs})
+    else:
+        _print_jobs(jobs, filtered=bool(wanted))
+    if following:
+        note(more_jobs_hint(len(jobs), wanted))
+
+
+def more_jobs_hint(shown: int, states: list[str]) -> str:
+    flags = "".join(f" --state {state}" for state in states)
+    return f"the newest {shown} jobs are shown; `dlaas list --all{flags}` lists every one"
+
+
+def _print_jobs(jobs: list[dict[str, Any]], *, filtered: bool) -> None:
     if not jobs:
-        note("no jobs yet: submit one with `dlaas train manifest.yml MODEL_DIR`")
+        note(
+            "no jobs in those states"
+            if filtered
+            else "no jobs yet: submit one with `dlaas train manifest.yml MODEL_DIR`"
+        )
         return
     table = Table(box=None, header_style="bold")
     for column in ("ID", "NAME", "STATE", "LEARNERS", "CREATED", "REASON"):

@@ -164,6 +164,70 @@ def test_list_json_and_text(stub: StubServer) -> None:
     assert "out of memory" in text.stdout
 
 
+def _add_jobs(stub: StubServer, count: int, state: str = "RUNNING") -> list[str]:
+    ids = [f"training-{state.lower()}{n:04d}" for n in range(count)]
+    for job_id in ids:
+        stub.stub.jobs[job_id] = make_job(job_id, state)
+    return ids
+
+
+def _job_requests(stub: StubServer) -> list[dict[str, list[str]]]:
+    return [seen.query for seen in stub.stub.requests("GET", "/v2/jobs") if seen.path == "/v2/jobs"]
+
+
+def test_list_shows_the_first_page_and_says_how_to_see_the_rest(stub: StubServer) -> None:
+    ids = _add_jobs(stub, 7)
+    result = invoke(stub, "list", "--limit", "3")
+    assert result.exit_code == 0, result.output
+    assert [i for i in ids if i in result.stdout] == ids[-3:]
+    assert "dlaas list --all" in result.stderr
+    assert _job_requests(stub) == [{"limit": ["3"]}]
+
+    as_json = invoke(stub, "list", "--limit", "3", "-o", "json")
+    body = json.loads(as_json.stdout)
+    assert [job["id"] for job in body["jobs"]] == ids[-1:-4:-1]
+    assert body["next"]
+
+
+def test_the_last_page_has_no_hint(stub: StubServer) -> None:
+    _add_jobs(stub, 2)
+    result = invoke(stub, "list")
+    assert result.exit_code == 0, result.output
+    assert "--all" not in result.stderr
+
+
+def test_list_all_pages_through_every_job(stub: StubServer) -> None:
+    ids = _add_jobs(stub, 250)
+    result = invoke(stub, "list", "--all", "--limit", "100", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"jobs": [stub.stub.jobs[i] for i in reversed(ids)]}
+    assert [q.get("cursor") for q in _job_requests(stub)] == [None, ["100"], ["200"]]
+    text = invoke(stub, "list", "--all")
+    assert all(job_id in text.stdout for job_id in ids)
+    assert "--all" not in text.stderr
+
+
+def test_list_filters_by_state_repeatedly_and_names_them_in_the_hint(stub: StubServer) -> None:
+    failed = _add_jobs(stub, 3, "FAILED")
+    halted = _add_jobs(stub, 2, "HALTED")
+    _add_jobs(stub, 4, "RUNNING")
+    result = invoke(stub, "list", "--state", "failed", "--state", "HALTED", "--limit", "4")
+    assert result.exit_code == 0, result.output
+    assert [q["state"] for q in _job_requests(stub)] == [["FAILED", "HALTED"]]
+    assert "dlaas list --all --state FAILED --state HALTED" in result.stderr
+    every = invoke(stub, "list", "--all", "--state", "FAILED", "--state", "HALTED", "-o", "json")
+    listed = [job["id"] for job in json.loads(every.stdout)["jobs"]]
+    assert sorted(listed) == sorted(failed + halted)
+    none = invoke(stub, "list", "--state", "COMPLETED")
+    assert "no jobs in those states" in none.stderr
+
+
+def test_list_limit_out_of_range_is_a_usage_error(stub: StubServer) -> None:
+    result = invoke(stub, "list", "--limit", "0")
+    assert result.exit_code == 2
+    assert stub.stub.seen == []
+
+
 def test_show_includes_recent_events(stub: StubServer) -> None:
     stub.stub.jobs["training-a"] = make_job("training-a", "RUNNING")
     stub.stub.events["training-a"] = [
@@ -184,6 +248,17 @@ def test_show_includes_recent_events(stub: StubServer) -> None:
     assert [e["reason"] for e in body["events"]] == ["event 3", "event 4"]
     text = invoke(stub, "show", "training-a")
     assert "python t.py" in text.stdout and "event 4" in text.stdout
+
+
+def test_show_pages_through_the_events_to_the_most_recent(stub: StubServer) -> None:
+    stub.stub.jobs["training-a"] = make_job("training-a", "RUNNING")
+    stub.stub.events["training-a"] = [
+        {"time": None, "kind": "restart", "reason": f"event {i}", "detail": {}} for i in range(150)
+    ]
+    result = invoke(stub, "show", "training-a", "--events", "2", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert [e["reason"] for e in json.loads(result.stdout)["events"]] == ["event 148", "event 149"]
+    assert len(stub.stub.requests("GET", "/v2/jobs/training-a/events")) == 2
 
 
 def test_halt_resume_delete(stub: StubServer) -> None:

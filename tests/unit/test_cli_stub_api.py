@@ -3,8 +3,9 @@
 It is a real HTTP server (`http.server` on a loopback port, in a thread) that answers the
 `/v2` routes with the shapes the REST contract fixes: bearer auth, JSON errors
 `{"error", "detail", "field"}`, multipart submission (with Content-Length required, as the
-real API does), Server-Sent Events for followed logs with `id:` lines and an `end` event,
-and streamed results and data uploads. Tests script its behaviour through its attributes
+real API does), lists paged by `limit` and `cursor` with `next` in the body, Server-Sent
+Events for followed logs with `id:` lines and an `end` event, and streamed results and data
+uploads. Tests script its behaviour through its attributes
 and read back the requests it saw. The real API is exercised by the end-to-end tests.
 """
 
@@ -192,8 +193,24 @@ class StubHandler(BaseHTTPRequestHandler):
             self.stub.submitted.append({"manifest": manifest, "names": names})
         self._send_json(201, job, {"Location": f"/v2/jobs/{job_id}"})
 
+    def _page(self, key: str, items: list[Any], query: dict) -> None:
+        """A page of `items` as the API pages its lists: `limit`, `cursor`, `next`."""
+        limit = query.get("limit", ["100"])[0]
+        if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+            self._error(422, "invalid_request", "limit: between 1 and 1000", "limit")
+            return
+        cursor = query.get("cursor", ["0"])[0]
+        if not cursor.isdigit():
+            self._error(422, "invalid_cursor", "cursor is not one this list handed out", "cursor")
+            return
+        start, end = int(cursor), int(cursor) + int(limit)
+        following = str(end) if end < len(items) else None
+        self._send_json(200, {key: items[start:end], "next": following})
+
     def list_jobs(self, parts: list[str], query: dict, body: bytes) -> None:
-        self._send_json(200, {"jobs": list(reversed(self.stub.jobs.values()))})
+        jobs = list(reversed(self.stub.jobs.values()))
+        states = query.get("state", [])
+        self._page("jobs", [j for j in jobs if not states or j["state"] in states], query)
 
     def get_job(self, parts: list[str], query: dict, body: bytes) -> None:
         job = self._job(parts[1])
@@ -222,7 +239,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     def events(self, parts: list[str], query: dict, body: bytes) -> None:
         if self._job(parts[1]) is not None:
-            self._send_json(200, {"events": self.stub.events.get(parts[1], [])})
+            self._page("events", self.stub.events.get(parts[1], []), query)
 
     def metrics(self, parts: list[str], query: dict, body: bytes) -> None:
         if self._job(parts[1]) is not None:
@@ -236,7 +253,7 @@ class StubHandler(BaseHTTPRequestHandler):
         if listing is None:
             files = self.stub.results.get(job_id, {})
             listing = [{"path": p, "size": len(b)} for p, b in sorted(files.items())]
-        self._send_json(200, {"files": listing})
+        self._page("files", listing, query)
 
     def result_file(self, parts: list[str], query: dict, body: bytes) -> None:
         job_id, path = parts[1], "/".join(parts[3:])
@@ -298,7 +315,7 @@ class StubHandler(BaseHTTPRequestHandler):
     def list_data(self, parts: list[str], query: dict, body: bytes) -> None:
         files = self.stub.data.get(parts[1], {})
         listing = [{"path": p, "size": len(b)} for p, b in sorted(files.items())]
-        self._send_json(200, {"files": listing})
+        self._page("files", listing, query)
 
     def cluster(self, parts: list[str], query: dict, body: bytes) -> None:
         self._send_json(

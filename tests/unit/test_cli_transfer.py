@@ -70,6 +70,17 @@ def test_download_refuses_paths_escaping_dest(stub: StubServer, tmp_path: Path, 
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
+def test_download_pages_through_every_result(stub: StubServer, tmp_path: Path) -> None:
+    files = {f"part-{n:03d}.bin": bytes([n]) for n in range(130)}
+    stub.stub.results["training-a"] = files
+    dest = tmp_path / "out"
+    result = invoke(stub, "download", "training-a", "--dest", str(dest), "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in dest.iterdir()) == sorted(files)
+    listings = [s for s in stub.stub.seen if s.path == "/v2/jobs/training-a/results"]
+    assert [s.query.get("cursor") for s in listings] == [None, ["100"]]
+
+
 def test_safe_target_refuses_symlinked_escapes(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
@@ -119,6 +130,15 @@ def test_data_upload_directory_and_list(stub: StubServer, tmp_path: Path) -> Non
     listing = invoke(stub, "data", "list", "digits")
     assert listing.exit_code == 0
     assert "train/x.bin" in listing.stdout and "3.0 MiB" in listing.stdout
+
+
+def test_data_list_pages_through_every_file(stub: StubServer) -> None:
+    stub.stub.data["digits"] = {f"shard-{n:03d}.npz": b"x" * n for n in range(230)}
+    result = invoke(stub, "data", "list", "digits", "-o", "json")
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)["files"]
+    assert [f["path"] for f in listed] == sorted(stub.stub.data["digits"])
+    assert len(stub.stub.requests("GET", "/v2/data/digits")) == 3
 
 
 def test_data_upload_single_file_keeps_its_name(stub: StubServer, tmp_path: Path) -> None:
