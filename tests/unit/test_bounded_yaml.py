@@ -34,19 +34,31 @@ def test_each_node_is_measured_once_however_often_it_is_used(
     lines = ["b0: &b0 {k: v}"]
     lines += [f"b{i}: &b{i} {{<<: [*b{i - 1}, *b{i - 1}]}}" for i in range(1, levels)]
     measured = 0
-    measure_new = bounded_yaml._Measurer._measure_new
+    measure_collection = bounded_yaml._Measurer._measure_collection
 
     def counted(self: bounded_yaml._Measurer, *args: object) -> object:
         nonlocal measured
         measured += 1
-        return measure_new(self, *args)  # type: ignore[arg-type]
+        return measure_collection(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(bounded_yaml._Measurer, "_measure_new", counted)
-    monkeypatch.setattr(bounded_yaml._Loader, "construct_document", lambda *_: "not built")
+    monkeypatch.setattr(bounded_yaml._Measurer, "_measure_collection", counted)
+    monkeypatch.setattr(bounded_yaml._CountingLoader, "construct_document", lambda *_: "not built")
     endless = YamlLimits(max_values=2**70, max_depth=levels * 3, max_number_chars=20)
     assert load_bounded_yaml("\n".join(lines), endless) == "not built"
-    # per level: the mapping, its two keys, the `<<` list (aliases are no new nodes)
-    assert measured <= 1 + levels * 6
+    # the top mapping, b0, then a mapping and its `<<` list per level (aliases add no node)
+    assert measured == 2 + 2 * (levels - 1)
+
+
+def test_composing_stops_once_the_nodes_alone_pass_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def never(*_args: object) -> object:
+        raise AssertionError("measured a document whose nodes alone are too many")
+
+    monkeypatch.setattr(bounded_yaml._Measurer, "measure", never)
+    few = YamlLimits(max_values=10, max_depth=10, max_number_chars=20)
+    with pytest.raises(DocumentRefused, match="more than 10 values"):
+        load_bounded_yaml("[" + ", ".join(["1"] * 50) + "]", few)
 
 
 def test_a_number_too_long_is_refused_where_it_is() -> None:

@@ -440,7 +440,7 @@ def nothing_constructed(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse_to_construct(*_args: object) -> object:
         raise AssertionError("a refused document was constructed")
 
-    monkeypatch.setattr(bounded_yaml._Loader, "construct_document", refuse_to_construct)
+    monkeypatch.setattr(bounded_yaml._CountingLoader, "construct_document", refuse_to_construct)
 
 
 @pytest.mark.parametrize(
