@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from api.archive import ArchiveLimits
 from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
 from api.errors import DlaasError
+from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
 from api.routes import data, jobs, logs, results, system, users
@@ -136,6 +137,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    # The last added runs first: a body over its limit is refused before a key is claimed.
+    app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     for module in (jobs, logs, results, data, users, system):
         app.include_router(module.router)

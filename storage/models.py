@@ -1,11 +1,21 @@
-"""SQLAlchemy models: users, jobs, job events, learners."""
+"""SQLAlchemy models: users, jobs, job events, learners, idempotent requests."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -81,3 +91,22 @@ class Learner(Base):
     last_line: Mapped[str] = mapped_column(Text, default="", server_default="")
     reason: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class IdempotentRequest(Base):
+    """A POST sent with an `Idempotency-Key`: claimed while it runs, then its answer, which a
+    retry with the same key gets back instead of a second effect."""
+
+    __tablename__ = "idempotent_requests"
+
+    # sha256 of the credentials the request came with: keys are scoped to who sent them.
+    scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(8), default="pending")
+    fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
+    status: Mapped[int | None] = mapped_column(Integer, default=None)
+    headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    body: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

@@ -6,16 +6,19 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import UploadFile
 
 from api.deps import CurrentUser, SessionDep, StateDep
 from api.errors import DlaasError, Invalid, TooLarge
+from api.idempotency import Claim, claim_of
 from api.pagination import PageQuery
 from api.schemas import EventList, JobList, JobPublic
 from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
 from storage.job_states import JobState
+from storage.models import Job
 
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
 
@@ -112,9 +115,34 @@ async def submit_job(
         manifest = await _form_file(form, "manifest", "the manifest YAML")
         model = await _form_file(form, "model", "the model zip")
         manifest_text = await manifest.read(_MANIFEST_MAX + 1)
-        job = await service.submit_job(state, user, manifest_text, model.file, model.size or 0)
-    response.headers["Location"] = f"/v2/jobs/{job.id}"
+        job = await service.submit_job(
+            state,
+            user,
+            manifest_text,
+            model.file,
+            model.size or 0,
+            on_created=_answer_stored_with_job(claim_of(request.state), user.name),
+        )
+    response.headers["Location"] = _location(job.id)
     return JobPublic.of(job, user.name)
+
+
+def _location(job_id: str) -> str:
+    return f"/v2/jobs/{job_id}"
+
+
+def _answer_stored_with_job(claim: Claim | None, owner: str) -> service.JobCreated | None:
+    """A submission's answer is stored with its job row: a retry after a crash at any point
+    finds either no job and no answer, or both."""
+    if claim is None:
+        return None
+
+    async def store(session: AsyncSession, job: Job) -> None:
+        body = JobPublic.of(job, owner).model_dump_json().encode()
+        headers = {"content-type": "application/json", "location": _location(job.id)}
+        await claim.store_answer(session, 201, body, headers)
+
+    return store
 
 
 @router.get("", response_model=JobList)

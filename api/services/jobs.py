@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, BinaryIO
 
 from anyio import to_thread
@@ -37,10 +37,19 @@ def _check_archive(archive: BinaryIO, state: ApiState) -> None:
     check_model_archive(archive, state.archive_limits)
 
 
+JobCreated = Callable[[AsyncSession, Job], Awaitable[None]]
+
+
 async def submit_job(
-    state: ApiState, user: Principal, manifest_text: bytes, archive: BinaryIO, archive_size: int
+    state: ApiState,
+    user: Principal,
+    manifest_text: bytes,
+    archive: BinaryIO,
+    archive_size: int,
+    on_created: JobCreated | None = None,
 ) -> Job:
-    """Validate, store the archive, then record the job: a job row never points at nothing."""
+    """Validate, store the archive, then record the job: a job row never points at nothing.
+    `on_created` runs in the job row's transaction (to store the answer a retry gets)."""
     manifest = parse_manifest(manifest_text)
     normalized = manifest.normalized()
     await _check_training_data(state.objects, user.id, normalized)
@@ -64,6 +73,8 @@ async def submit_job(
                 learners=manifest.learners,
                 manifest=normalized,
             )
+            if on_created is not None:
+                await on_created(session, job)
     except BaseException:
         await to_thread.run_sync(state.objects.delete_prefix, f"jobs/{job_id}/")
         raise
