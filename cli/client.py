@@ -5,6 +5,10 @@ the pages of its endpoint to the last (`jobs_page` gives one page). A 4xx/5xx an
 `ApiError` with the server's `{"error", "detail"}`; an unreachable server raises
 `DlaasConnectionError`. Uploads and downloads stream in chunks and report progress as byte
 increments.
+
+Every POST carries an `Idempotency-Key` of its own, so it is retried safely while the
+server restarts or is briefly unavailable (`retry_for` seconds): the server answers a retry
+of a request it already carried out with its first answer.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +32,9 @@ from cli.sse import parse_sse
 ProgressCallback = Callable[[int], None]
 
 CHUNK_SIZE = 1 << 20
+# Answers that say the request was not carried out and may be sent again as it is.
+RETRYABLE_STATUSES = frozenset({502, 503, 504})
+RETRYABLE_CODES = frozenset({"request_in_progress"})
 
 
 class ApiError(Exception):
@@ -71,7 +79,9 @@ class DlaasClient:
         transport: httpx.BaseTransport | None = None,
         reconnect_delay: float = 0.5,
         max_reconnects: int = 10,
+        retry_for: float = 90.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url.rstrip("/")
         headers = {"Accept": "application/json", "User-Agent": "dlaas-cli"}
@@ -85,7 +95,9 @@ class DlaasClient:
         )
         self.reconnect_delay = reconnect_delay
         self.max_reconnects = max_reconnects
+        self.retry_for = retry_for
         self._sleep = sleep
+        self._clock = clock
 
     def close(self) -> None:
         self._http.close()
@@ -326,6 +338,32 @@ class DlaasClient:
             cursor = str(following)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if method != "POST":
+            return self._send_once(method, path, **kwargs)
+        kwargs["headers"] = {
+            **(kwargs.get("headers") or {}),
+            "Idempotency-Key": secrets.token_urlsafe(24),
+        }
+        deadline = self._clock() + self.retry_for
+        attempt = 0
+        while True:
+            attempt += 1
+            _rewind(kwargs.get("files"))
+            try:
+                return self._send_once(method, path, **kwargs)
+            except DlaasConnectionError as exc:
+                if exc.refused and attempt == 1:  # nothing listens there: say so at once
+                    raise
+                error: Exception = exc
+            except ApiError as exc:
+                if exc.status not in RETRYABLE_STATUSES and exc.code not in RETRYABLE_CODES:
+                    raise
+                error = exc
+            if self._clock() >= deadline:
+                raise error
+            self._sleep(min(self.reconnect_delay * 2 ** (attempt - 1), 5.0))
+
+    def _send_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -427,6 +465,12 @@ class ProgressReader:
 
     def fileno(self) -> int:
         return self._file.fileno()
+
+
+def _rewind(files: dict[str, tuple[str, Any, str]] | None) -> None:
+    """Put the files of a multipart upload back at their start, for a retry."""
+    for _name, file, _type in (files or {}).values():
+        file.seek(0)
 
 
 def _file_chunks(path: Path, progress: ProgressCallback | None) -> Iterator[bytes]:
