@@ -12,13 +12,14 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_shutdown
 
-from lifecycle_manager import operations
+from lifecycle_manager import garbage, operations
 from lifecycle_manager.reconcile import reconcile
 from lifecycle_manager.runtime import runtime
 from storage import task_names
 from storage.settings import Settings
 
 RECONCILE_EVERY_S = 5.0
+COLLECT_GARBAGE_EVERY_S = 600.0
 MAX_RETRY_DELAY_S = 60.0
 
 
@@ -42,7 +43,12 @@ def configure(app: Celery, settings: Settings) -> None:
                 "schedule": RECONCILE_EVERY_S,
                 # A sweep nobody ran in time is replaced by the next one.
                 "options": {"expires": RECONCILE_EVERY_S * 2},
-            }
+            },
+            "collect-garbage": {
+                "task": task_names.COLLECT_GARBAGE,
+                "schedule": COLLECT_GARBAGE_EVERY_S,
+                "options": {"expires": COLLECT_GARBAGE_EVERY_S},
+            },
         },
     )
 
@@ -105,3 +111,8 @@ def recover_job(self: Task, job_id: str) -> str:
 def reconcile_all() -> str:
     report = runtime.run(reconcile)
     return str(report) if report else "in step"
+
+
+@app.task(name=task_names.COLLECT_GARBAGE)
+def collect_garbage() -> str:
+    return str(runtime.run(garbage.collect))

@@ -26,6 +26,8 @@ class Settings(BaseSettings):
 
     # When set, the API makes sure a user "admin" with this token exists (first start-up).
     admin_token: str | None = None
+    # How long a POST's answer is kept for retries sent with the same Idempotency-Key.
+    idempotency_retention_s: float = 24 * 3600.0
 
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
