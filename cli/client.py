@@ -8,7 +8,8 @@ increments.
 
 Every POST carries an `Idempotency-Key` of its own, so it is retried safely while the
 server restarts or is briefly unavailable (`retry_for` seconds): the server answers a retry
-of a request it already carried out with its first answer.
+of a request it already carried out with its first answer. A followed log reconnects for as
+long, resuming after the last event it got.
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ class DlaasClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         reconnect_delay: float = 0.5,
-        max_reconnects: int = 10,
         retry_for: float = 90.0,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -94,7 +94,6 @@ class DlaasClient:
             transport=transport,
         )
         self.reconnect_delay = reconnect_delay
-        self.max_reconnects = max_reconnects
         self.retry_for = retry_for
         self._sleep = sleep
         self._clock = clock
@@ -253,6 +252,7 @@ class DlaasClient:
         path = f"{_job(job_id)}/logs"
         last_id: str | None = None
         failures = 0
+        lost_since: float | None = None
         connected = False
         plain = False
         while True:
@@ -267,11 +267,11 @@ class DlaasClient:
                     if "text/event-stream" not in resp.headers.get("content-type", ""):
                         plain = True
                         for text in resp.iter_lines():
-                            failures = 0
+                            failures, lost_since = 0, None
                             yield {"event": "line", "learner": learner, "line": text, "time": None}
                         return
                     for sse in parse_sse(resp.iter_lines()):
-                        failures = 0
+                        failures, lost_since = 0, None
                         if sse.id is not None:
                             last_id = sse.id
                         event = _decode_event(sse.event, sse.data)
@@ -286,9 +286,11 @@ class DlaasClient:
                     raise
                 reason = exc.reason
             failures += 1
-            if failures > self.max_reconnects:
+            lost_since = self._clock() if lost_since is None else lost_since
+            if self._clock() - lost_since >= self.retry_for:
                 raise DlaasConnectionError(
-                    self.url, f"log stream lost after {self.max_reconnects} reconnects ({reason})"
+                    self.url,
+                    f"log stream lost for {self.retry_for:g} s, {failures} tries ({reason})",
                 )
             if on_reconnect is not None:
                 on_reconnect(reason)

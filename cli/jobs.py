@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.archive import iter_model_files, zip_directory
-from cli.client import ApiError, DlaasConnectionError
+from cli.client import RETRYABLE_STATUSES, ApiError, DlaasConnectionError
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError, describe_api_error
 from cli.logs import exit_for_outcome, stream_logs
@@ -256,9 +256,13 @@ def wait(
         try:
             job = client.get_job(job_id)
             lost_since = None
-        except DlaasConnectionError:
+        except (DlaasConnectionError, ApiError) as exc:
+            # An API restarting (unreachable, or 502-504 behind a proxy) is waited out.
+            if isinstance(exc, ApiError) and exc.status not in RETRYABLE_STATUSES:
+                raise
+            nothing_listens = isinstance(exc, DlaasConnectionError) and exc.refused and not job
             lost_since = lost_since or time.monotonic()
-            if not job or time.monotonic() - lost_since > 30:
+            if nothing_listens or time.monotonic() - lost_since > client.retry_for:
                 raise
         state = str(job.get("state", ""))
         if state in WAIT_FINAL_STATES:

@@ -289,6 +289,16 @@ def test_wait_exit_codes(stub: StubServer, final: str, code: int) -> None:
     assert len(stub.stub.requests("GET", "/v2/jobs/training-a")) == 4
 
 
+def test_wait_rides_out_an_api_answering_503_while_it_restarts(stub: StubServer) -> None:
+    stub.stub.jobs["training-a"] = make_job("training-a")
+    stub.stub.state_sequence["training-a"] = ["RUNNING", "COMPLETED"]
+    stub.stub.fail_with = (503, {"error": "unavailable", "detail": "restarting"})
+    stub.stub.fail_times = 3
+    result = invoke(stub, "wait", "training-a", "--interval", "0.05")
+    assert result.exit_code == 0, result.output
+    assert len(stub.stub.requests("GET", "/v2/jobs/training-a")) >= 5
+
+
 def test_wait_times_out_with_exit_code_2(stub: StubServer) -> None:
     stub.stub.jobs["training-a"] = make_job("training-a", "RUNNING")
     result = invoke(stub, "wait", "training-a", "--timeout", "0.2", "--interval", "0.05")

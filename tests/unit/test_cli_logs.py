@@ -94,16 +94,21 @@ def test_a_cleanly_closed_follow_stream_without_end_is_reopened(stub: StubServer
     assert [c.headers.get("Last-Event-ID") for c in calls] == [None, "7-0", "7-0"]
 
 
-def test_gives_up_after_bounded_reconnects(stub: StubServer) -> None:
+def test_gives_up_once_the_stream_was_lost_for_retry_for_seconds(stub: StubServer) -> None:
     job_id = "training-abc"
     stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
     stub.stub.sse_sessions[job_id] = [([], True)] * 10
-    with (
-        DlaasClient(stub.url, TOKEN, sleep=lambda _: None, max_reconnects=3) as client,
-        pytest.raises(DlaasConnectionError, match="after 3 reconnects"),
-    ):
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = DlaasClient(stub.url, TOKEN, sleep=sleep, clock=lambda: now[0], retry_for=3.0)
+    with client, pytest.raises(DlaasConnectionError, match="lost for 3 s, 4 tries"):
         list(client.iter_log_events(job_id, follow=True))
+    # Reconnects after 0.5, 1 and 2 s; the fourth loss comes 3.5 s after the first.
     assert len(stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")) == 4
+    assert now[0] == 3.5
 
 
 def test_logs_follow_prefixes_learners_and_exits_with_the_outcome(stub: StubServer) -> None:

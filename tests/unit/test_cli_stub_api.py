@@ -71,6 +71,7 @@ class StubState:
     submitted: list[dict[str, Any]] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     fail_with: tuple[int, dict[str, Any]] | None = None
+    fail_times: int | None = None  # how many requests fail_with answers (None: all)
     next_id: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,6 +147,10 @@ class StubHandler(BaseHTTPRequestHandler):
             return
         if self.stub.fail_with is not None:
             status, payload = self.stub.fail_with
+            if self.stub.fail_times is not None:
+                self.stub.fail_times -= 1
+                if self.stub.fail_times <= 0:
+                    self.stub.fail_with = None
             self._send_json(status, payload)
             return
         parts = [p for p in path.split("/") if p][1:] if path.startswith("/v2/") else []
