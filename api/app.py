@@ -18,6 +18,7 @@ from api.errors import DlaasError
 from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
+from api.rate_limit import RateLimitMiddleware
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
 from storage import streams
@@ -140,6 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The last added runs first: a body over its limit is refused before a key is claimed.
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
+    app.add_middleware(RateLimitMiddleware)  # added last: runs first
     for module in (jobs, logs, results, data, users, system):
         app.include_router(module.router)
     return app

@@ -329,6 +329,12 @@ def main() -> None:
             "DLAAS_OBJECT_STORE": "local",
             "DLAAS_OBJECTS_DIR": str(base / "objects"),
             "DLAAS_ADMIN_TOKEN": admin_token,
+            # One token sends the whole load: limits it never reaches, so that what they
+            # cost each request (a Redis round trip) is measured but nothing is refused.
+            "DLAAS_RATE_LIMIT_PER_S": "1000000",
+            "DLAAS_RATE_LIMIT_BURST": "1000000",
+            "DLAAS_ADDRESS_RATE_LIMIT_PER_S": "1000000",
+            "DLAAS_ADDRESS_RATE_LIMIT_BURST": "1000000",
         }
         archive = model_zip()
         content_type, body = multipart_body(

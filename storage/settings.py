@@ -28,6 +28,13 @@ class Settings(BaseSettings):
     admin_token: str | None = None
     # How long a POST's answer is kept for retries sent with the same Idempotency-Key.
     idempotency_retention_s: float = 24 * 3600.0
+    # Requests per second (and the burst above it) per token and per client address, past
+    # which the API answers 429; 0 turns a limit off. Log follows held at once per user.
+    rate_limit_per_s: float = 100.0
+    rate_limit_burst: int = 500
+    address_rate_limit_per_s: float = 200.0
+    address_rate_limit_burst: int = 1000
+    max_follows_per_user: int = 16
 
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"

@@ -7,6 +7,7 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, StateDep
 from api.errors import DlaasError
+from api.follow_slots import holding, take_slot
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
@@ -56,8 +57,18 @@ async def job_logs(
         position = decode_position(resume) if resume else Position()
     except ValueError as exc:
         raise DlaasError(str(exc), field="Last-Event-ID") from None
+    slot = await take_slot(state.redis, user.id, state.settings.max_follows_per_user)
+    if slot is None:
+        raise DlaasError(
+            f"you already follow {state.settings.max_follows_per_user} logs at once, the "
+            "most a user may: end one of them, or read this log without follow",
+            code="too_many_follows",
+            field="follow",
+            status=429,
+        )
+    events = logs_service.follow_events(state, job_id, learners, position, slot.keep_alive)
     return StreamingResponse(
-        logs_service.follow_events(state, job_id, learners, position),
+        holding(slot, events),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -11,7 +11,7 @@ Metrics are read the same way from `jobs/{id}/metrics/learner-{n}.jsonl` and the
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -119,12 +119,17 @@ def _log_batch(batch: streams.LogBatch) -> Numbered[str]:
 
 
 async def follow_events(
-    state: ApiState, job_id: str, learners: Sequence[int], position: Position
+    state: ApiState,
+    job_id: str,
+    learners: Sequence[int],
+    position: Position,
+    alive: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """Server-Sent Events of the job's log lines from `position`: the stored log, then the
     live stream, until the job stops (final, or HALTED) and its lines are drained, then any
     stored lines beyond the last one delivered; the `end` event names the state it stopped
-    in. Every line's event id is the position after it."""
+    in. Every line's event id is the position after it. `alive` is called at least once a
+    second while the live stream is followed."""
     for learner in learners:
         key = output_keys.log_key(job_id, learner)
         async for first, lines in _stored_lines(state.objects, key, position.of(learner)):
@@ -135,6 +140,8 @@ async def follow_events(
     draining = False
     final_state = JobState.DELETED
     while True:
+        if alive is not None:
+            await alive()
         entries = await streams.aread_logs(
             state.redis,
             job_id,

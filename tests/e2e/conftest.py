@@ -39,9 +39,12 @@ class Platform:
     @classmethod
     def up(cls, home: Path) -> Platform:
         """`dlaas up --detach` with its state in `home`, on a free port, and none of this
-        process's `DLAAS_*` settings; stop it with `down`."""
+        process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
+        burst test polls a hundred jobs from one token five times a second, far past what a
+        token may (the limits have tests of their own, tests/integration/test_api_limits.py)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
         env["DLAAS_HOME"] = str(home)
+        env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         running = cls(home=home, env=env)
         running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
