@@ -50,6 +50,7 @@ class ApiError(Exception):
         field: str | None = None,
         method: str = "",
         path: str = "",
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {code}: {detail}")
         self.status = status
@@ -58,6 +59,7 @@ class ApiError(Exception):
         self.field = field
         self.method = method
         self.path = path
+        self.retry_after = retry_after  # seconds, from a Retry-After header
 
 
 class DlaasConnectionError(Exception):
@@ -340,12 +342,16 @@ class DlaasClient:
             cursor = str(following)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        if method != "POST":
-            return self._send_once(method, path, **kwargs)
-        kwargs["headers"] = {
-            **(kwargs.get("headers") or {}),
-            "Idempotency-Key": secrets.token_urlsafe(24),
-        }
+        """One request, sent again while that is safe and useful: a POST (with its
+        idempotency key) while the API is away or restarting, any request the API asked to
+        come back later (429), all within `retry_for` seconds. A streamed body (a data
+        upload) cannot be sent twice and is not."""
+        if method == "POST":
+            kwargs["headers"] = {
+                **(kwargs.get("headers") or {}),
+                "Idempotency-Key": secrets.token_urlsafe(24),
+            }
+        resendable = method != "PUT"
         deadline = self._clock() + self.retry_for
         attempt = 0
         while True:
@@ -354,16 +360,23 @@ class DlaasClient:
             try:
                 return self._send_once(method, path, **kwargs)
             except DlaasConnectionError as exc:
-                if exc.refused and attempt == 1:  # nothing listens there: say so at once
-                    raise
+                if method != "POST" or (exc.refused and attempt == 1):
+                    raise  # (a first refusal: nothing listens there, say so at once)
                 error: Exception = exc
+                pause = self.reconnect_delay * 2 ** (attempt - 1)
             except ApiError as exc:
-                if exc.status not in RETRYABLE_STATUSES and exc.code not in RETRYABLE_CODES:
+                if exc.status == 429 and resendable:
+                    pause = exc.retry_after or 1.0
+                elif method == "POST" and (
+                    exc.status in RETRYABLE_STATUSES or exc.code in RETRYABLE_CODES
+                ):
+                    pause = exc.retry_after or self.reconnect_delay * 2 ** (attempt - 1)
+                else:
                     raise
                 error = exc
-            if self._clock() >= deadline:
+            if self._clock() + min(pause, 5.0) > deadline:
                 raise error
-            self._sleep(min(self.reconnect_delay * 2 ** (attempt - 1), 5.0))
+            self._sleep(min(pause, 5.0))
 
     def _send_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -509,7 +522,16 @@ def _api_error(resp: httpx.Response, method: str, path: str) -> ApiError:
         field = str(raw_field) if raw_field else None
     elif resp.text:
         detail = resp.text.strip().splitlines()[0][:300] if resp.text.strip() else ""
-    return ApiError(resp.status_code, code, detail, field=field, method=method, path=path)
+    retry_after = resp.headers.get("retry-after", "")
+    return ApiError(
+        resp.status_code,
+        code,
+        detail,
+        field=field,
+        method=method,
+        path=path,
+        retry_after=float(retry_after) if retry_after.isdigit() else None,
+    )
 
 
 def _detail_text(detail: Any) -> str:
