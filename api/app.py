@@ -21,6 +21,7 @@ from api.nudge import Nudger
 from api.rate_limit import RateLimitMiddleware
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
+from api.unavailable import unavailable_dependency
 from storage import streams
 from storage import users as user_repo
 from storage.db import make_engine, make_sessionmaker
@@ -79,6 +80,21 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, error: Exception) -> JSONResponse:
+        dependency = unavailable_dependency(error)
+        if dependency is not None:
+            log.warning(
+                "%s %s: %s unavailable: %r", request.method, request.url.path, dependency, error
+            )
+            return JSONResponse(
+                {
+                    "error": "unavailable",
+                    "detail": f"the {dependency} did not answer in time or refused the "
+                    "connection; retry shortly",
+                    "field": dependency,
+                },
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         body = {"error": "internal", "detail": "dlaas hit an internal error; see the API log"}
         return JSONResponse(body, status_code=500)
@@ -113,14 +129,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await to_thread.run_sync(upgrade, settings.database_url)
-        engine = make_engine(settings.database_url)
+        engine = make_engine(settings.database_url, timeout_s=settings.database_timeout_s)
         state = ApiState(
             settings=settings,
             engine=engine,
             sessions=make_sessionmaker(engine),
-            redis=streams.async_client(settings.redis_url),
+            redis=streams.async_client(
+                settings.redis_url,
+                retry_timeouts=False,
+                socket_connect_timeout=settings.redis_timeout_s,
+                socket_timeout=settings.redis_timeout_s,
+            ),
             objects=open_object_store(settings),
-            nudger=Nudger(settings.redis_url),
+            nudger=Nudger(settings.redis_url, settings.redis_timeout_s),
             archive_limits=ArchiveLimits.from_settings(settings),
         )
         await _ensure_admin(state)

@@ -16,10 +16,14 @@ log = logging.getLogger(__name__)
 
 
 class Nudger:
-    def __init__(self, broker_url: str) -> None:
+    def __init__(self, broker_url: str, timeout_s: float = 10.0) -> None:
         self._celery = Celery("dlaas-api", broker=broker_url)
         self._celery.conf.broker_connection_retry_on_startup = False
-        self._celery.conf.broker_transport_options = {"max_retries": 1}
+        self._celery.conf.broker_transport_options = {
+            "max_retries": 1,
+            "socket_timeout": timeout_s,
+            "socket_connect_timeout": timeout_s,
+        }
 
     def send(self, task: str, job_id: str) -> None:
         try:

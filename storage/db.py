@@ -17,12 +17,22 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def make_engine(url: str, *, pool_size: int = 10, timeout_s: float | None = None) -> AsyncEngine:
+    """An engine; with `timeout_s`, no connection, statement or wait for a pooled connection
+    to a database server takes longer than that (it raises instead)."""
     if is_sqlite(url):
         engine = create_async_engine(url, connect_args={"timeout": 30})
         _tune_sqlite(engine)
         return engine
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    bounded: dict[str, Any] = {}
+    if timeout_s is not None:
+        bounded = {
+            "connect_args": {"timeout": timeout_s, "command_timeout": timeout_s},
+            "pool_timeout": timeout_s,
+        }
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **bounded
+    )
 
 
 def _tune_sqlite(engine: AsyncEngine) -> None:

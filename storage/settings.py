@@ -26,6 +26,11 @@ class Settings(BaseSettings):
 
     # When set, the API makes sure a user "admin" with this token exists (first start-up).
     admin_token: str | None = None
+    # The API's longest wait on the database server and on Redis (a connection, a statement,
+    # a command); past it the request is answered 503 naming the one that did not answer.
+    database_timeout_s: float = 30.0
+    redis_timeout_s: float = 10.0
+
     # How long a POST's answer is kept for retries sent with the same Idempotency-Key.
     idempotency_retention_s: float = 24 * 3600.0
     # Requests per second (and the burst above it) per token and per client address, past

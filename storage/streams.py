@@ -400,13 +400,20 @@ def client(url: str, **options: Any) -> Redis:
     return Redis.from_url(url, retry=retry, **options)
 
 
-def async_client(url: str, **options: Any) -> AsyncRedis:
-    """`client` for asyncio."""
+def async_client(url: str, *, retry_timeouts: bool = True, **options: Any) -> AsyncRedis:
+    """`client` for asyncio. Without `retry_timeouts`, a command that timed out fails at once
+    (only a connection the server closed is retried), so `socket_timeout` bounds it."""
     from redis.asyncio import Redis as AsyncRedis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES)
+    retried: tuple[type[RedisError], ...] = (RedisConnectionError,)
+    if retry_timeouts:
+        retried += (RedisTimeoutError,)
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), RECONNECT_RETRIES, retried)
     return AsyncRedis.from_url(url, retry=retry, **options)
 
 
