@@ -33,6 +33,10 @@ class Settings(BaseSettings):
 
     # How long a POST's answer is kept for retries sent with the same Idempotency-Key.
     idempotency_retention_s: float = 24 * 3600.0
+    # A model archive stored for a submission that has no job row this long after is removed.
+    orphan_archive_after_s: float = 3600.0
+    # A deleted job's row, events and learners are dropped this long after the deletion.
+    deleted_job_retention_s: float = 7 * 24 * 3600.0
     # Requests per second (and the burst above it) per token and per client address, past
     # which the API answers 429; 0 turns a limit off. Log follows held at once per user.
     rate_limit_per_s: float = 100.0

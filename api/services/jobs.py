@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, BinaryIO
 
 from anyio import to_thread
+from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.archive import check_model_archive
@@ -15,6 +16,7 @@ from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
 from api.state import ApiState
 from storage import jobs as repo
+from storage import pending_archives
 from storage.job_states import FINAL_STATES, Desired, JobState
 from storage.models import Job
 from storage.object_store import ObjectStore
@@ -59,6 +61,7 @@ async def submit_job(
     else:
         await to_thread.run_sync(_check_archive, archive, state)
     job_id = repo.new_job_id()
+    await pending_archives.note(state.redis, job_id)
     if archive_size <= 256 * 1024:
         _store_archive(state.objects, job_id, archive)
     else:
@@ -78,6 +81,10 @@ async def submit_job(
     except BaseException:
         await to_thread.run_sync(state.objects.delete_prefix, f"jobs/{job_id}/")
         raise
+    try:
+        await pending_archives.forget(state.redis, job_id)
+    except RedisError as error:  # the job exists: the collector drops the note on its own
+        log.warning("job %s: could not drop its pending-archive note: %s", job_id, error)
     state.nudger.deploy(job.id)
     return job
 

@@ -7,15 +7,11 @@ import hashlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
-from lifecycle_manager import garbage
-from lifecycle_manager.context import Context
 from storage import idempotency
 from storage.db import make_engine, make_sessionmaker
 from storage.models import IdempotentRequest, utcnow
@@ -158,28 +154,5 @@ async def test_a_claim_whose_request_died_is_taken_over_once_stale(api: Harness)
             assert await session.get(IdempotentRequest, ("s" * 64, "k")) is not None
             gone = await idempotency.purge(session, timedelta(days=1), late + timedelta(days=2))
         assert gone >= 1
-    finally:
-        await engine.dispose()
-
-
-async def test_the_lifecycle_manager_forgets_keys_past_their_retention(api: Harness) -> None:
-    engine = make_engine(api.settings.database_url)
-    sessions = make_sessionmaker(engine)
-    start = utcnow()
-    scope = hashlib.sha256(b"garbage").hexdigest()
-    try:
-        for key in ("old", "new"):
-            claimed = await idempotency.claim(sessions, scope, key, "POST", "/v2/x", start)
-            assert isinstance(claimed, idempotency.Claimed)
-            start += timedelta(hours=20)
-        # Only what the context gives the collection: settings, sessions and the clock.
-        later = start + timedelta(hours=8)  # "old" is 48 h old, "new" 28 h
-        settings = api.settings.model_copy(update={"idempotency_retention_s": 30 * 3600.0})
-        ctx = SimpleNamespace(settings=settings, sessions=sessions, clock=lambda: later)
-        collected = await garbage.collect(cast(Context, ctx))
-        assert collected.idempotent_requests >= 1
-        async with sessions() as session:
-            assert await session.get(IdempotentRequest, (scope, "old")) is None
-            assert await session.get(IdempotentRequest, (scope, "new")) is not None
     finally:
         await engine.dispose()
