@@ -91,15 +91,17 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     job = submit_stepper(platform, tmp_path, name="api-crash", steps=steps)
     platform.wait_for(job, "RUNNING", training(1), 60)
     follower = platform.follow(job)
-    time.sleep(0.5)
+    assert follower.stdout is not None
+    first = follower.stdout.readline()  # the follow is connected and streaming
     platform.stop_service("api", kill=True)
     refused = platform.dlaas("list", check=False)
     assert refused.returncode != 0 and "127.0.0.1" in refused.stderr, refused
-    time.sleep(1)
+    time.sleep(1)  # the API stays down a while, as a crashed one does
     platform.start_service("api")
     second = submit_stepper(platform, tmp_path, name="api-crash-after", steps=20)
 
-    out, err = follower.communicate(timeout=60)
+    rest, err = follower.communicate(timeout=180)
+    out = first + rest
     told = f"stdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}"
     assert follower.returncode == 0, told
     numbered = [line.split()[1] for line in out.splitlines() if line.startswith("step ")]

@@ -35,6 +35,25 @@ def text_redis(redis_url: str) -> redis.Redis:
     return redis.Redis.from_url(redis_url, decode_responses=True)
 
 
+def _blocked(clients: list[dict[str, str]], name: str) -> bool:
+    return any(c.get("name") == name and "b" in c.get("flags", "") for c in clients)
+
+
+def wait_blocked(admin: redis.Redis, name: str, timeout_s: float = 10.0) -> None:
+    """Until the client named `name` is blocked in a read (Redis's CLIENT LIST says so)."""
+    deadline = time.monotonic() + timeout_s
+    while not _blocked(admin.client_list(), name):
+        assert time.monotonic() < deadline, f"client {name} never blocked in a read"
+        time.sleep(0.002)
+
+
+async def await_blocked(admin: redis.asyncio.Redis, name: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _blocked(await admin.client_list(), name):
+        assert time.monotonic() < deadline, f"client {name} never blocked in a read"
+        await asyncio.sleep(0.002)
+
+
 def line_batch(learner: int, first: int, *lines: str, attempt: int = 0) -> LogBatch:
     return LogBatch(learner, attempt, first, lines, 1700000000.123456)
 
@@ -116,7 +135,8 @@ PROMPT = 0.05
 def test_blocking_read_wakes_on_a_new_line(
     redis_client: redis.Redis, redis_url: str, job_id: str
 ) -> None:
-    reader = redis.Redis.from_url(redis_url)
+    name = f"reader-{secrets.token_hex(4)}"
+    reader = redis.Redis.from_url(redis_url, client_name=name)
     redis_client.ping()  # connected already: the timing below is the stream's alone
     delays = []
     try:
@@ -129,7 +149,7 @@ def test_blocking_read_wakes_on_a_new_line(
 
             thread = threading.Thread(target=follow)
             thread.start()
-            time.sleep(0.1)  # the reader is blocked in XREAD by now
+            wait_blocked(redis_client, name)
             sent = time.monotonic()
             streams.append_logs(redis_client, job_id, [line_batch(1, n + 1, f"wake {n}")])
             thread.join(5)
@@ -146,7 +166,8 @@ def test_blocking_read_wakes_on_a_new_line(
 async def test_async_blocking_read_wakes_on_a_new_line(
     aredis: redis.asyncio.Redis, redis_url: str, job_id: str
 ) -> None:
-    reader = redis.asyncio.Redis.from_url(redis_url)
+    name = f"reader-{secrets.token_hex(4)}"
+    reader = redis.asyncio.Redis.from_url(redis_url, client_name=name)
     await aredis.ping()
     delays = []
     try:
@@ -154,7 +175,7 @@ async def test_async_blocking_read_wakes_on_a_new_line(
             follow = asyncio.create_task(
                 streams.aread_logs(reader, job_id, after="$", block_ms=5000)
             )
-            await asyncio.sleep(0.1)
+            await await_blocked(aredis, name)
             sent = time.monotonic()
             line = line_batch(2, n + 1, f"async {n}")
             ids = await streams.aappend_logs(aredis, job_id, [line])
@@ -242,10 +263,11 @@ async def test_async_learner_events(aredis: redis.asyncio.Redis, job_id: str) ->
     group = f"test-{secrets.token_hex(4)}"
     await streams.aensure_learner_group(aredis, group, start_id="$")
     await streams.aensure_learner_group(aredis, group)
+    # Whether the read blocks before the event is published or comes after it, the group
+    # hands the event to it: nothing to wait for.
     reading = asyncio.create_task(
         streams.aread_learner_events(aredis, group, "manager", block_ms=5000)
     )
-    await asyncio.sleep(0.05)
     publisher = redis.asyncio.Redis(connection_pool=aredis.connection_pool)
     event = streams.status_event(job_id, 2, 1, "DOWNLOADING")
     event_id = await streams.apublish_learner_event(publisher, event)
