@@ -10,7 +10,6 @@ monitor last failed to reach Redis (`listening_since`).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,13 +68,12 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
             if job.desired == Desired.RUN and job.deleted_at is None
         ]
         learners = await repo.learners_of_jobs(session, [job.id for job in jobs])
+        now = ctx.clock().timestamp()
         watched = []
         for job in jobs:
             rows = learners[job.id]
             beats = [
-                LearnerBeat(
-                    row.index, LearnerState(row.state), time.time() - ctx.age(row.updated_at)
-                )
+                LearnerBeat(row.index, LearnerState(row.state), now - ctx.age(row.updated_at))
                 for row in rows
             ]
             timeout = RestartPolicy.from_manifest(job.manifest).heartbeat_timeout_s
@@ -86,7 +84,7 @@ async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[s
     for job_id, beats, timeout, attempts in watched:
         heard = heard_of[job_id]
         silent = silent_learners(
-            beats, heard, now=time.time(), timeout_s=timeout, listening_since=listening_since
+            beats, heard, now=now, timeout_s=timeout, listening_since=listening_since
         )
         if silent:
             log.warning("job %s: no heartbeat from learner(s) %s", job_id, sorted(silent))

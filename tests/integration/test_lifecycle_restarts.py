@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -99,8 +100,10 @@ async def test_a_silent_learner_is_failed_and_restarted(ctx: Context, agent: Age
         await repo.transition(session, job_id, JobState.RUNNING, "training")
     await streams.aset_heartbeat(ctx.redis, job_id, 1, time.time() - 10)
     assert await check_heartbeats(ctx) == []  # its last status change was a sign of life
-    await asyncio.sleep(2.2)
+    real_clock = ctx.clock
+    ctx.clock = lambda: real_clock() + timedelta(seconds=2.2)  # past the 2 s timeout
     assert await check_heartbeats(ctx) == [job_id]
+    ctx.clock = real_clock
     [detail] = await _restart_details(ctx, job_id)
     failure = detail["failure"]
     assert isinstance(failure, dict)
