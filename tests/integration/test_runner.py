@@ -431,10 +431,14 @@ def test_a_stopped_command_that_exits_zero_is_not_a_success(learner: Learner) ->
 
 def test_a_stopped_command_sends_no_heartbeats(learner: Learner) -> None:
     learner.put_model({"x.txt": b""})
-    proc = learner.start("echo ready; kill -STOP $$; echo never")
+    proc = learner.start("echo $$ > $RESULT_DIR/pid; echo ready; kill -STOP $$; echo never")
     try:
         learner.wait_for_line("ready")
-        time.sleep(0.5)  # the shell stops itself
+        shell = int((learner.workdir / "results" / "pid").read_text())
+        deadline = time.monotonic() + 10
+        while process_state(shell) != "T":  # until the shell has stopped itself
+            assert time.monotonic() < deadline, process_state(shell)
+            time.sleep(0.01)
         before = streams.get_heartbeats(learner.redis, learner.job_id)
         time.sleep(HEARTBEAT_S * 2)
         assert streams.get_heartbeats(learner.redis, learner.job_id) == before
@@ -454,6 +458,15 @@ def test_the_command_dies_with_a_runner_killed_outright(learner: Learner) -> Non
     while time.monotonic() < deadline and process_alive(pid):
         time.sleep(0.05)
     assert not process_alive(pid)
+
+
+def process_state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, T for stopped, ...)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat.rpartition(")")[2].split()[0]
 
 
 def process_alive(pid: int) -> bool:
