@@ -62,9 +62,20 @@ async def test_the_monitor_goes_on_after_redis_lost_the_stream_and_its_group(
     )
     await eventually(is_state(ctx, job_id, JobState.DOWNLOADING), 10, "the first event")
 
+    steps = 0
+    real_step = running_monitor.step
+
+    async def counted_step(block_ms: int = BLOCK_MS) -> int:
+        nonlocal steps
+        steps += 1
+        return await real_step(block_ms)
+
+    running_monitor.step = counted_step  # type: ignore[method-assign]
     # What a Redis restarted without its data looks like: no stream, no consumer group.
     await ctx.redis.delete(streams.LEARNER_EVENTS)
-    await asyncio.sleep(1.5)  # the monitor reads (and used to fail) at least once meanwhile
+    # The monitor reads (and used to fail) at least once after the loss.
+    after_loss = steps + 1  # the read under way may have begun before it
+    await eventually(lambda: asyncio.sleep(0, steps > after_loss), 10, "a read after the loss")
     await streams.apublish_learner_event(ctx.redis, streams.status_event(job_id, 1, 1, "RUNNING"))
     await eventually(is_state(ctx, job_id, JobState.RUNNING), 10, "an event after the loss")
 
