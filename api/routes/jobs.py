@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import UploadFile
 
 from api.deps import CurrentUser, SessionDep, StateDep
-from api.errors import DlaasError, Invalid, TooLarge
+from api.errors import DlaasError, Invalid
 from api.idempotency import Claim, claim_of
 from api.pagination import PageQuery
 from api.schemas import EventList, JobList, JobPublic
@@ -90,20 +90,13 @@ async def _form_file(form: Any, name: str, what: str) -> UploadFile:
 async def submit_job(
     request: Request, response: Response, state: StateDep, user: CurrentUser
 ) -> JobPublic:
-    """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code)."""
-    limit = state.archive_limits.max_bytes + _MANIFEST_MAX + 64 * 1024
+    """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code).
+    The body limit (the archive's and the manifest's, and the form's framing) is enforced by
+    `api.body_limit` before the body is read."""
     length = request.headers.get("content-length")
     if length is None or not length.isdigit():
         raise DlaasError(
             "send the upload with a Content-Length header", code="length_required", status=411
-        )
-    if int(length) > limit:
-        raise TooLarge(
-            f"the upload is {int(length)} bytes, over the limit of {limit}: "
-            "leave data and checkpoints out of the model archive (upload data with "
-            "`dlaas data upload`)",
-            code="archive_too_large",
-            field="model",
         )
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Invalid(

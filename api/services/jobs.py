@@ -52,7 +52,8 @@ async def submit_job(
 ) -> Job:
     """Validate, store the archive, then record the job: a job row never points at nothing.
     `on_created` runs in the job row's transaction (to store the answer a retry gets)."""
-    manifest = parse_manifest(manifest_text)
+    # Bounded (tens of ms at worst), but off the event loop all the same.
+    manifest = await to_thread.run_sync(parse_manifest, manifest_text)
     normalized = manifest.normalized()
     await _check_training_data(state.objects, user.id, normalized)
     # Small archives are checked and stored inline: a thread hop costs more than the work.

@@ -79,7 +79,7 @@ def test_cli_reads_client_file(home: Path, stub: StubServer) -> None:
     write_client_file(home, stub.url, TOKEN)
     result = invoke(None, "list", "--output", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"jobs": []}
+    assert json.loads(result.stdout) == {"jobs": [], "next": None}
 
 
 def test_cli_environment_beats_client_file(
