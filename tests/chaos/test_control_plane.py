@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -91,8 +92,10 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     job = submit_stepper(platform, tmp_path, name="api-crash", steps=steps)
     platform.wait_for(job, "RUNNING", training(1), 60)
     follower = platform.follow(job)
-    assert follower.stdout is not None
-    first = follower.stdout.readline()  # the follow is connected and streaming
+    assert follower.stdout is not None and follower.stderr is not None
+    output: list[str] = [follower.stdout.readline()]  # the follow is connected and streaming
+    reader = threading.Thread(target=lambda: output.append(follower.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
     platform.stop_service("api", kill=True)
     refused = platform.dlaas("list", check=False)
     assert refused.returncode != 0 and "127.0.0.1" in refused.stderr, refused
@@ -100,8 +103,9 @@ def test_an_api_crash_loses_no_job_and_no_log_line(platform: Platform, tmp_path:
     platform.start_service("api")
     second = submit_stepper(platform, tmp_path, name="api-crash-after", steps=20)
 
-    rest, err = follower.communicate(timeout=180)
-    out = first + rest
+    follower.wait(timeout=180)
+    reader.join(30)
+    out, err = "".join(output), follower.stderr.read()
     told = f"stdout:\n{out[-2000:]}\nstderr:\n{err[-2000:]}"
     assert follower.returncode == 0, told
     numbered = [line.split()[1] for line in out.splitlines() if line.startswith("step ")]

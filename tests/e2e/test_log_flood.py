@@ -157,5 +157,8 @@ def test_lines_the_live_view_skips_are_announced_where_and_as_many_as_they_are(
         logs = [workdirs[n] / "logs" / f"learner-{n}.log" for n in sorted(workdirs)]
         wait_until_written(logs, TIMEOUT_S)
     check_after_the_end(platform, job_id, FROZEN_LINES, live)
+    # The freeze must have made the live view skip (else this test proved nothing); a
+    # learner whose live tail was still behind when the job ended has its lines from the
+    # stored log instead, every one of them, with no gap to announce.
     skipped = {n: follow.notices for n, follow in live.follows.items()}
-    assert all(skipped.values()), f"gap notices per learner: {skipped}"
+    assert any(skipped.values()), f"gap notices per learner: {skipped}"
