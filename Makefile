@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.checkpoint_stall
 	$(BIN)/python -m bench.log_flood
+	$(BIN)/python -m bench.fuzz
 
 # A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
 # and kubectl; see README "Kubernetes").

@@ -18,6 +18,7 @@ from api.errors import DlaasError
 from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
+from api.nul_guard import NulGuardMiddleware
 from api.rate_limit import RateLimitMiddleware
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
@@ -57,6 +58,10 @@ def _field_of(location: tuple[object, ...]) -> str:
     return ".".join(parts) or "request"
 
 
+# Errors Starlette raises itself: no route at the path, not this method, an unreadable body.
+_HTTP_ERRORS = {404: ("not_found", "path"), 405: ("method_not_allowed", "method")}
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas_error(_request: Request, error: DlaasError) -> JSONResponse:
@@ -75,8 +80,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "bad_request")
-        return JSONResponse({"error": code, "detail": str(error.detail)}, error.status_code)
+        code, field = _HTTP_ERRORS.get(error.status_code, ("bad_request", "body"))
+        body = {"error": code, "detail": str(error.detail), "field": field}
+        return JSONResponse(body, error.status_code, headers=error.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, error: Exception) -> JSONResponse:
@@ -162,6 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The last added runs first: a body over its limit is refused before a key is claimed.
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
+    app.add_middleware(NulGuardMiddleware)
     app.add_middleware(RateLimitMiddleware)  # added last: runs first
     for module in (jobs, logs, results, data, users, system):
         app.include_router(module.router)

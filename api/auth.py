@@ -25,6 +25,7 @@ class Principal:
 
 _cache: dict[str, tuple[float, Principal]] = {}
 
+_FIELD = "Authorization"
 _HOW_TO = (
     "send 'Authorization: Bearer <token>'; `dlaas up` writes a token to ~/.dlaas/client.json, "
     "or set DLAAS_TOKEN"
@@ -33,10 +34,12 @@ _HOW_TO = (
 
 async def authenticate(header: str | None, state: ApiState) -> Principal:
     if not header:
-        raise Unauthorized(f"no API token: {_HOW_TO}", code="missing_token")
+        raise Unauthorized(f"no API token: {_HOW_TO}", code="missing_token", field=_FIELD)
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized(f"the Authorization header is not a bearer token: {_HOW_TO}")
+        raise Unauthorized(
+            f"the Authorization header is not a bearer token: {_HOW_TO}", field=_FIELD
+        )
     key = hash_token(token.strip())
     now = time.monotonic()
     cached = _cache.get(key)
@@ -45,7 +48,9 @@ async def authenticate(header: str | None, state: ApiState) -> Principal:
     async with state.sessions() as session:
         user = await user_by_token(session, token.strip())
     if user is None:
-        raise Unauthorized(f"this API token is not known to dlaas: {_HOW_TO}", code="bad_token")
+        raise Unauthorized(
+            f"this API token is not known to dlaas: {_HOW_TO}", code="bad_token", field=_FIELD
+        )
     principal = Principal(id=user.id, name=user.name, is_admin=user.is_admin)
     if len(_cache) >= _CACHE_MAX:
         _cache.clear()

@@ -20,7 +20,9 @@ _NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 @router.post("", status_code=201, response_model=UserCreated)
 async def add_user(body: UserCreate, session: SessionDep, user: CurrentUser) -> UserCreated:
     if not user.is_admin:
-        raise DlaasError("only an admin can create users", code="forbidden", status=403)
+        raise DlaasError(
+            "only an admin can create users", code="forbidden", field="Authorization", status=403
+        )
     if not _NAME.match(body.name):
         raise Invalid(
             "name must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
