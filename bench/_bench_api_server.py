@@ -42,6 +42,20 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICK
 
 
+def api_env(base: Path, database_url: str, redis_url: str, admin_token: str) -> dict[str, str]:
+    """The environment of an API server for a benchmark: this one's without its `DLAAS_*`
+    settings, then a database, a Redis, objects and a home under `base`, and the admin."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
+        "DLAAS_HOME": str(base / "home"),
+        "DLAAS_DATABASE_URL": database_url,
+        "DLAAS_REDIS_URL": redis_url,
+        "DLAAS_OBJECT_STORE": "local",
+        "DLAAS_OBJECTS_DIR": str(base / "objects"),
+        "DLAAS_ADMIN_TOKEN": admin_token,
+    }
+
+
 class BenchApiServer:
     """`with BenchApiServer(workers, env, log) as api:` serves on `api.url` until the block ends."""
 

@@ -9,11 +9,11 @@ stops early), which no HTTP client library lets one do.
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from tests.integration.api_harness import make_zip
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,7 @@ class Case:
     expects_answer: bool = True  # False: the body is cut short, the server may just wait
 
 
-def _zip(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
-
-
-MODEL = _zip({"train.py": b"print('hello')\n"})
+MODEL = make_zip({"train.py": b"print('hello')\n"})
 
 
 def merge_key_bomb(levels: int) -> bytes:
@@ -132,11 +124,11 @@ def cases(token: str, job_id: str) -> Iterator[Case]:
 def _archive_cases(token: str) -> Iterator[Case]:
     manifest = b"framework: {command: python train.py}\n"
     archives = {
-        "zip_slip": _zip({"../../etc/evil": b"x", "train.py": b"1"}),
-        "absolute": _zip({"/etc/evil": b"x"}),
+        "zip_slip": make_zip({"../../etc/evil": b"x", "train.py": b"1"}),
+        "absolute": make_zip({"/etc/evil": b"x"}),
         "not_a_zip": b"this is not a zip file at all",
-        "empty_zip": _zip({}),
-        "zip_bomb": _zip({"big.bin": b"\0" * (20 * 1024 * 1024)}),
+        "empty_zip": make_zip({}),
+        "zip_bomb": make_zip({"big.bin": b"\0" * (20 * 1024 * 1024)}),
         "truncated_zip": MODEL[: len(MODEL) // 2],
     }
     for name, archive in archives.items():

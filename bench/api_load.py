@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench._bench_api_server import BenchApiServer
+from bench._bench_api_server import BenchApiServer, api_env
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
@@ -321,21 +321,11 @@ def main() -> None:
     ):
         base = Path(tmp)
         print(f"database: {database.where} ({database.name}); redis: {redis_db.where}")
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
-            "DLAAS_HOME": str(base / "home"),
-            "DLAAS_DATABASE_URL": database.url,
-            "DLAAS_REDIS_URL": redis_db.url,
-            "DLAAS_OBJECT_STORE": "local",
-            "DLAAS_OBJECTS_DIR": str(base / "objects"),
-            "DLAAS_ADMIN_TOKEN": admin_token,
-            # One token sends the whole load: limits it never reaches, so that what they
-            # cost each request (a Redis round trip) is measured but nothing is refused.
-            "DLAAS_RATE_LIMIT_PER_S": "1000000",
-            "DLAAS_RATE_LIMIT_BURST": "1000000",
-            "DLAAS_ADDRESS_RATE_LIMIT_PER_S": "1000000",
-            "DLAAS_ADDRESS_RATE_LIMIT_BURST": "1000000",
-        }
+        env = api_env(base, database.url, redis_db.url, admin_token)
+        # One token sends the whole load: limits it never reaches, so that what they cost
+        # each request (a Redis round trip) is measured but nothing is refused.
+        for limit in ("RATE_LIMIT", "ADDRESS_RATE_LIMIT"):
+            env[f"DLAAS_{limit}_PER_S"] = env[f"DLAAS_{limit}_BURST"] = "1000000"
         archive = model_zip()
         content_type, body = multipart_body(
             [

@@ -41,7 +41,7 @@ import psycopg
 
 from api.errors import DlaasError
 from api.manifest import MAX_MANIFEST_BYTES, parse_manifest
-from bench._bench_api_server import BenchApiServer
+from bench._bench_api_server import BenchApiServer, api_env
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._hostile_requests import MODEL, Case, cases, hostile_manifests
@@ -272,17 +272,9 @@ def main() -> None:
         BenchRedis() as redis_db,
     ):
         base = Path(tmp)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")},
-            "DLAAS_HOME": str(base / "home"),
-            "DLAAS_DATABASE_URL": database.url,
-            "DLAAS_REDIS_URL": redis_db.url,
-            "DLAAS_OBJECT_STORE": "local",
-            "DLAAS_OBJECTS_DIR": str(base / "objects"),
-            "DLAAS_ADMIN_TOKEN": admin,
-            # Every client here is 127.0.0.1, standing for many hosts: per-address limits off.
-            "DLAAS_ADDRESS_RATE_LIMIT_PER_S": "0",
-        }
+        env = api_env(base, database.url, redis_db.url, admin)
+        # Every client here is 127.0.0.1, standing for many hosts: per-address limits off.
+        env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         with BenchApiServer(1, env, base / "api-first.log"):
             pass  # migrates and creates the admin alone: two workers would race to
         with BenchApiServer(2, env, base / "api.log") as api:

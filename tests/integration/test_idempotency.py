@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,18 +13,7 @@ from sqlalchemy import func, select
 from storage import idempotency
 from storage.db import make_engine, make_sessionmaker
 from storage.models import IdempotentRequest, utcnow
-from tests.integration.api_harness import MANIFEST, Harness, running_api, submit
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
-) -> AsyncIterator[Harness]:
-    database_url = request.getfixturevalue(f"{request.param}_url")
-    if request.param == "sqlite":
-        database_url = f"sqlite+aiosqlite:///{tmp_path / 'api.db'}"
-    async with running_api(database_url, redis_url, tmp_path / "objects") as harness:
-        yield harness
+from tests.integration.api_harness import MANIFEST, Harness, submit
 
 
 async def _count_jobs(client: httpx.AsyncClient) -> int:
