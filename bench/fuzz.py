@@ -56,6 +56,8 @@ TARGETS = {
     "duplicate_jobs_on_retry": 0,
 }
 MANIFEST = b"name: fuzz\nframework: {command: python train.py}\n"
+# uvicorn's answer to bytes that are not HTTP (a control character in a header, bad chunks)
+PROTOCOL_REFUSAL = b"Invalid HTTP request received."
 
 
 # --- raw HTTP -------------------------------------------------------------------------------
@@ -120,6 +122,7 @@ class AttackResult:
     timeouts: int = 0
     sent: int = 0
     cut_short: int = 0  # requests whose body stopped early, the connection closed: no answer
+    protocol_refusals: int = 0  # 400s of the HTTP server's parser, before dlaas saw anything
 
 
 def _attack(port: int, token: str, job_id: str, seconds: float, out: Any) -> None:
@@ -144,7 +147,9 @@ def _attack(port: int, token: str, job_id: str, seconds: float, out: Any) -> Non
         result.timeouts += answer.timed_out
         if answer.status >= 500 and len(result.server_error_samples) < 10:
             result.server_error_samples.append(f"{case.name}: {answer.body[:300]!r}")
-        if 400 <= answer.status < 500 and answer.status != 429:
+        if answer.status == 400 and answer.body.startswith(PROTOCOL_REFUSAL):
+            result.protocol_refusals += 1
+        elif 400 <= answer.status < 500 and answer.status != 429:
             result.refusals += 1
             try:
                 named = bool(json.loads(answer.body).get("field"))
@@ -324,6 +329,7 @@ def main() -> None:
             figures["server_error_samples"] = [s for r in reports for s in r.server_error_samples]
             figures["no_answer_timeouts"] = sum(r.timeouts for r in reports)
             figures["requests_cut_short"] = sum(r.cut_short for r in reports)
+            figures["protocol_refusals"] = sum(r.protocol_refusals for r in reports)
             figures["refusals"] = refusals
             figures["refusals_naming_field"] = rounded(
                 sum(r.refusals_with_field for r in reports) / max(refusals, 1), 3
