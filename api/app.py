@@ -20,7 +20,7 @@ from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
 from api.nul_guard import NulGuardMiddleware
 from api.rate_limit import RateLimitMiddleware
-from api.routes import data, jobs, logs, results, system, users
+from api.routes import data, jobs, logs, results, system, usage, users
 from api.state import ApiState
 from api.unavailable import unavailable_dependency
 from storage import streams
@@ -170,6 +170,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     app.add_middleware(NulGuardMiddleware)
     app.add_middleware(RateLimitMiddleware)  # added last: runs first
-    for module in (jobs, logs, results, data, users, system):
+    for module in (jobs, logs, results, data, usage, users, system):
         app.include_router(module.router)
     return app

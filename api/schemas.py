@@ -87,6 +87,14 @@ class EventList(BaseModel):
     next: NextCursor = None
 
 
+class UsagePublic(BaseModel):
+    data_bytes: int
+    results_bytes: int
+    used_bytes: int
+    quota_bytes: int | None
+    left_bytes: int | None
+
+
 class FileInfo(BaseModel):
     path: str
     size: int

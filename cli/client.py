@@ -226,6 +226,9 @@ class DlaasClient:
     def cluster(self) -> dict[str, Any]:
         return self._json("GET", "/v2/cluster")
 
+    def usage(self) -> dict[str, Any]:
+        return self._json("GET", "/v2/usage")
+
     def health(self) -> dict[str, Any]:
         return self._json("GET", "/healthz")
 

@@ -17,6 +17,7 @@ redelivered event, or a late one from a learner restarted meanwhile, is harmless
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -54,7 +55,7 @@ from lifecycle_manager.restart_policy import (
     with_restart_policy,
 )
 from storage import jobs as repo
-from storage import streams
+from storage import streams, usage
 from storage.job_states import FINAL_STATES, JobState, is_final
 from storage.models import Job, Learner
 
@@ -322,6 +323,18 @@ async def carry_out(ctx: Context, job_id: str, attempt: int, decisions: Sequence
                 await streams.aretire_job_streams(ctx.redis, job_id)
             except RedisError as error:
                 log.warning("job %s: could not set its streams to expire: %s", job_id, error)
+            await count_results(ctx, job_id)
+
+
+async def count_results(ctx: Context, job_id: str) -> None:
+    """Record what a final job's results take, for its owner's storage quota."""
+    prefix = f"jobs/{job_id}/results/"
+    try:
+        size = await asyncio.to_thread(lambda: sum(o.size for o in ctx.objects.list(prefix)))
+        async with ctx.sessions() as session, session.begin():
+            await usage.set_results_bytes(session, job_id, size)
+    except Exception as error:  # accounting must not stop the job's end being carried out
+        log.warning("job %s: could not count its results: %s", job_id, error)
 
 
 async def run_actions(

@@ -1,4 +1,4 @@
-"""SQLAlchemy models: users, jobs, job events, learners, idempotent requests."""
+"""SQLAlchemy models: users, jobs, job events, learners, idempotent requests, data usage."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     ForeignKey,
@@ -57,6 +58,8 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # What its results take in the object store, counted once the job is final.
+    results_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class JobEvent(Base):
@@ -110,3 +113,14 @@ class IdempotentRequest(Base):
     headers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     body: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class DataUsage(Base):
+    """What a user's data containers take in the object store, kept up to date by uploads."""
+
+    __tablename__ = "data_usage"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    data_bytes: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     database_timeout_s: float = 30.0
     redis_timeout_s: float = 10.0
 
+    # Bytes each user may keep in data containers and jobs' results together (0: no limit);
+    # past it, uploads and submissions are refused, running jobs' results still stored.
+    storage_quota_bytes: int = 100 * 1024**3
+
     # How long a POST's answer is kept for retries sent with the same Idempotency-Key.
     idempotency_retention_s: float = 24 * 3600.0
     # A model archive stored for a submission that has no job row this long after is removed.

@@ -13,8 +13,10 @@ from api.deps import CurrentUser, StateDep
 from api.errors import Invalid
 from api.pagination import PageQuery
 from api.schemas import FileInfo, FileList
-from api.services import lists
+from api.services import lists, quota
+from storage.object_store import ObjectNotFound, ObjectStore
 from storage.training_data import data_prefix
+from storage.usage import add_data_bytes
 
 router = APIRouter(prefix="/v2/data", tags=["data"])
 
@@ -51,14 +53,29 @@ async def upload_data(
     _check_container(container)
     _check_path(path)
     key = data_prefix(user.id, container) + path
+    replaced = await to_thread.run_sync(_size_if_stored, state.objects, key)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit():  # refused before the body is read
+        await quota.check_room(state, user, int(declared) - replaced, f"uploading {path}")
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         async for chunk in request.stream():
             await to_thread.run_sync(spool.write, chunk)
         size = spool.tell()
+        if not declared.isdigit():  # a chunked body: its size is known now
+            await quota.check_room(state, user, size - replaced, f"uploading {path}")
         spool.seek(0)
         stream = cast(BinaryIO, spool)
         await to_thread.run_sync(state.objects.put_stream, key, stream, None)
+    async with state.sessions() as session:
+        await add_data_bytes(session, user.id, size - replaced)
     return FileInfo(path=path, size=size)
+
+
+def _size_if_stored(objects: ObjectStore, key: str) -> int:
+    try:
+        return objects.size(key)
+    except ObjectNotFound:
+        return 0
 
 
 @router.get("/{container}", response_model=FileList)

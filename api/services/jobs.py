@@ -14,6 +14,7 @@ from api.archive import check_model_archive
 from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
+from api.services import quota
 from api.state import ApiState
 from storage import jobs as repo
 from storage import pending_archives
@@ -52,6 +53,7 @@ async def submit_job(
 ) -> Job:
     """Validate, store the archive, then record the job: a job row never points at nothing.
     `on_created` runs in the job row's transaction (to store the answer a retry gets)."""
+    await quota.check_room(state, user, 0, "a new job")
     # Bounded (tens of ms at worst), but off the event loop all the same.
     manifest = await to_thread.run_sync(parse_manifest, manifest_text)
     normalized = manifest.normalized()

@@ -72,6 +72,7 @@ class StubState:
     seen: list[Seen] = field(default_factory=list)
     fail_with: tuple[int, dict[str, Any]] | None = None
     fail_times: int | None = None  # how many requests fail_with answers (None: all)
+    usage: dict[str, Any] = field(default_factory=dict)
     next_id: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -332,6 +333,9 @@ class StubHandler(BaseHTTPRequestHandler):
             },
         )
 
+    def usage(self, parts: list[str], query: dict, body: bytes) -> None:
+        self._send_json(200, self.stub.usage)
+
 
 def _shape(parts: list[str]) -> tuple[str, ...]:
     """The route pattern of a /v2 path: ids become `*`, a results path `**`."""
@@ -363,6 +367,7 @@ ROUTES: dict[tuple[str, tuple[str, ...]], Route] = {
     ("PUT", ("data", "*", "**")): StubHandler.put_data,
     ("GET", ("data", "*")): StubHandler.list_data,
     ("GET", ("cluster",)): StubHandler.cluster,
+    ("GET", ("usage",)): StubHandler.usage,
 }
 
 

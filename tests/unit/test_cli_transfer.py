@@ -161,3 +161,21 @@ def test_cluster_text_and_json(stub: StubServer) -> None:
     assert body["backend"] == "local"
     text = invoke(stub, "cluster").stdout
     assert "backend: local" in text and "node-a" in text and "active_learners: 1" in text
+
+
+def test_usage_shows_what_is_kept_and_the_quota(stub: StubServer) -> None:
+    stub.stub.usage = {
+        "data_bytes": 3 * 1024**3,
+        "results_bytes": 512 * 1024**2,
+        "used_bytes": 3 * 1024**3 + 512 * 1024**2,
+        "quota_bytes": 100 * 1024**3,
+        "left_bytes": 100 * 1024**3 - 3 * 1024**3 - 512 * 1024**2,
+    }
+    result = invoke(stub, "usage")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["data", "containers", "3.0", "GiB"]
+    assert "of 100.0 GiB" in lines[2] and "left" in lines[2]
+    assert json.loads(invoke(stub, "usage", "-o", "json").stdout) == stub.stub.usage
+    stub.stub.usage = {**stub.stub.usage, "quota_bytes": None, "left_bytes": None}
+    assert "(no quota)" in invoke(stub, "usage").stdout
