@@ -136,3 +136,26 @@ def listing_cursor(continuation: str) -> str:
 def listing_continuation(cursor: str) -> str:
     [continuation] = decode_cursor("objects", cursor, str)
     return str(continuation)
+
+
+@dataclass(frozen=True)
+class MetricPosition:
+    """Where a page of a job's metric points ended: the learner, the byte of its stored
+    points where reading goes on and the points before that byte, and the last point served.
+    """
+
+    learner: int
+    offset: int = 0
+    points_before: int = 0
+    served: int = 0
+
+
+def metric_cursor(at: MetricPosition) -> str:
+    return encode_cursor("metrics", at.learner, at.offset, at.points_before, at.served)
+
+
+def metric_position(cursor: str) -> MetricPosition:
+    learner, offset, before, served = decode_cursor("metrics", cursor, int, int, int, int)
+    if min(learner - 1, offset, before, served - before) < 0:
+        raise bad_cursor()
+    return MetricPosition(learner, offset, before, served)

@@ -114,6 +114,7 @@ class MetricPoint(BaseModel):
 
 class MetricList(BaseModel):
     metrics: list[MetricPoint]
+    next: NextCursor = None  # only when paged (limit or cursor given)
 
 
 class UserCreate(BaseModel):

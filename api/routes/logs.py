@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+import orjson
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, StateDep
 from api.errors import DlaasError
 from api.follow_slots import holding, take_slot
+from api.pagination import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Cursor,
+    MetricPosition,
+    metric_cursor,
+    metric_position,
+)
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
@@ -87,12 +96,24 @@ async def job_metrics(
     last: int | None = Query(
         None, ge=1, le=1000, description="only the last N points of each learner"
     ),
-) -> StreamingResponse:
+    limit: int | None = Query(
+        None, ge=1, le=MAX_LIMIT, description="points per page; leave out for all points"
+    ),
+    cursor: Cursor = None,
+) -> Response:
     async with state.sessions() as session:
         job = await service.owned_job(session, user, job_id)
     learners = _learners(job.learners, learner)
+    if limit is not None or cursor is not None:
+        start = metric_position(cursor) if cursor else MetricPosition(learners[0])
+        points, after = await logs_service.metric_page(
+            state, job_id, learners, limit or DEFAULT_LIMIT, start
+        )
+        following = orjson.dumps(metric_cursor(after) if after is not None else None)
+        body = b'{"metrics":[' + b",".join(points) + b'],"next":' + following + b"}"
+        return Response(body, media_type="application/json")
     if last is not None:
-        body = logs_service.latest_points(state, job_id, learners, last)
+        stream = logs_service.latest_points(state, job_id, learners, last)
     else:
-        body = logs_service.metric_points_json(state, job_id, learners)
-    return StreamingResponse(body, media_type="application/json")
+        stream = logs_service.metric_points_json(state, job_id, learners)
+    return StreamingResponse(stream, media_type="application/json")

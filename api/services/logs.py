@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from anyio import to_thread
 
+from api.pagination import MetricPosition
 from api.services.log_join import Numbered, Position, Taken, encode_position, gap_notice
 from api.state import ApiState
 from storage import jobs as repo
@@ -285,3 +286,60 @@ def _stored_tail(objects: ObjectStore, job_id: str, learner: int, count: int) ->
     if size > _TAIL_BYTES:
         lines = lines[1:]  # the first may be cut
     return lines[-count:]
+
+
+async def metric_page(
+    state: ApiState, job_id: str, learners: Sequence[int], limit: int, start: MetricPosition
+) -> tuple[list[bytes], MetricPosition | None]:
+    """At most `limit` points from `start` on, learner after learner (each one's stored
+    points, then the live ones beyond them), and where the next page starts (None: no more).
+    A stored object is read from the byte the page before ended at, however deep the page."""
+    points: list[bytes] = []
+    for learner in [n for n in learners if n >= start.learner]:
+        at = start if learner == start.learner else MetricPosition(learner)
+        offset, number = at.offset, at.points_before
+        key = output_keys.metrics_key(job_id, learner)
+        async for line, end in _stored_lines_from(state.objects, key, offset):
+            offset, number = end, number + 1
+            if number <= at.served:
+                continue
+            if line.strip():
+                points.append(_point(line, learner))
+            if len(points) == limit:
+                return points, MetricPosition(learner, offset, number, number)
+        position = Position()
+        position.moved_to(learner, max(number, at.served))
+        async for taken in _live_taken(state, job_id, learner, position, metrics=True):
+            for index, line in enumerate(taken.items):
+                points.append(_point(line, learner))
+                if len(points) == limit:
+                    return points, MetricPosition(learner, offset, number, taken.first + index)
+    return points, None
+
+
+async def _stored_lines_from(
+    objects: ObjectStore, key: str, start: int
+) -> AsyncIterator[tuple[str, int]]:
+    """The whole lines of a stored object from byte `start` on, each with the byte after it."""
+
+    def open_chunks() -> Iterator[bytes]:
+        try:
+            return iter(objects.iter_chunks(key, _CHUNK_BYTES, start))
+        except ObjectNotFound:
+            return iter(())
+
+    def next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+        try:
+            return next(chunks, None)
+        except ObjectNotFound:
+            return None
+
+    chunks = await to_thread.run_sync(open_chunks)
+    offset, rest = start, b""
+    while (chunk := await to_thread.run_sync(next_chunk, chunks)) is not None:
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        for raw in data[:cut].split(b"\n")[:-1]:
+            offset += len(raw) + 1
+            yield raw.decode("utf-8", errors="replace"), offset
