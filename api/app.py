@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 
 from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from api.archive import ArchiveLimits
 from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
@@ -49,12 +52,33 @@ async def _ensure_admin(state: ApiState) -> None:
         await session.commit()
 
 
+# What each refusal of Starlette's or FastAPI's own is about
+_REFUSAL_FIELDS = {
+    HTTPStatus.BAD_REQUEST: "body",
+    HTTPStatus.NOT_FOUND: "path",
+    HTTPStatus.METHOD_NOT_ALLOWED: "method",
+}
+
+
 def _field_of(location: tuple[object, ...]) -> str:
     parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "request"
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """Every method some route serves at the request's path. Starlette's own Allow names
+    only the first route whose path matched, where a path's methods may be split between
+    routes (GET and POST /v2/jobs)."""
+    methods = {
+        method
+        for route in routes
+        if isinstance(route, Route) and route.matches(scope)[0] is not Match.NONE
+        for method in route.methods or ()
+    }
+    return ", ".join(sorted(methods))
+
+
+def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas_error(_request: Request, error: DlaasError) -> JSONResponse:
         return JSONResponse(error.to_body(), status_code=error.status)
@@ -71,9 +95,17 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=422)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "bad_request")
-        return JSONResponse({"error": code, "detail": str(error.detail)}, error.status_code)
+    async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's and FastAPI's own refusals: no route, a method the path lacks, or a
+        # body that could not be parsed
+        status = HTTPStatus(error.status_code)
+        body = {"error": status.phrase.lower().replace(" ", "_"), "detail": str(error.detail)}
+        if status in _REFUSAL_FIELDS:
+            body["field"] = _REFUSAL_FIELDS[status]
+        headers = dict(error.headers or {})
+        if status is HTTPStatus.METHOD_NOT_ALLOWED:
+            headers["Allow"] = _allowed_methods(routes, request.scope)
+        return JSONResponse(body, error.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, error: Exception) -> JSONResponse:
@@ -135,8 +167,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    _install_error_handlers(app)
+    routers = [module.router for module in (jobs, logs, results, data, users, system)]
+    # the routes as their routers declare them, prefixes included
+    routes = [route for router in routers for route in router.routes]
+    _install_error_handlers(app, routes)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
-    for module in (jobs, logs, results, data, users, system):
-        app.include_router(module.router)
+    for router in routers:
+        app.include_router(router)
     return app

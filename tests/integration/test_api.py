@@ -430,6 +430,19 @@ async def test_health_prometheus_and_openapi(api: Harness) -> None:
         assert unknown.json()["error"] == "not_found"
 
 
+async def test_a_method_a_path_lacks_is_405_allowing_every_method_it_has(api: Harness) -> None:
+    async with api.client(None) as anonymous:
+        for path, allowed in [("/v2/jobs", "GET, POST"), ("/v2/jobs/x", "DELETE, GET")]:
+            refused = await anonymous.request("PATCH", path)
+            assert refused.status_code == 405
+            assert refused.headers["allow"] == allowed
+            assert refused.json() == {
+                "error": "method_not_allowed",
+                "detail": "Method Not Allowed",
+                "field": "method",
+            }
+
+
 async def test_a_job_whose_training_data_is_missing_or_empty_is_refused_naming_the_upload(
     api: Harness,
 ) -> None:
