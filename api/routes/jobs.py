@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.datastructures import UploadFile
 
-from api.deps import CurrentUser, SessionDep, StateDep
+from api.deps import CurrentUser, JobId, SessionDep, StateDep
 from api.errors import DlaasError, Invalid, TooLarge
 from api.schemas import EventList, EventPublic, JobList, JobPublic
 from api.services import jobs as service
@@ -86,33 +86,33 @@ async def list_jobs(session: SessionDep, user: CurrentUser) -> JobList:
 
 
 @router.get("/{job_id}", response_model=JobPublic)
-async def get_job(job_id: str, session: SessionDep, user: CurrentUser) -> JobPublic:
+async def get_job(job_id: JobId, session: SessionDep, user: CurrentUser) -> JobPublic:
     return JobPublic.of(await service.owned_job(session, user, job_id), user.name)
 
 
 @router.post("/{job_id}/halt", status_code=202, response_model=JobPublic)
 async def halt_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> JobPublic:
     return JobPublic.of(await service.halt_job(state, session, user, job_id), user.name)
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobPublic)
 async def resume_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> JobPublic:
     return JobPublic.of(await service.resume_job(state, session, user, job_id), user.name)
 
 
 @router.delete("/{job_id}", status_code=202)
 async def delete_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> dict[str, str]:
     await service.delete_job(state, session, user, job_id)
     return {"id": job_id, "status": "deleting"}
 
 
 @router.get("/{job_id}/events", response_model=EventList)
-async def job_events(job_id: str, session: SessionDep, user: CurrentUser) -> EventList:
+async def job_events(job_id: JobId, session: SessionDep, user: CurrentUser) -> EventList:
     events = await service.job_events(session, user, job_id)
     return EventList(events=[EventPublic.of(event) for event in events])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentUser, StateDep
+from api.deps import CurrentUser, JobId, StateDep
 from api.errors import DlaasError
 from api.schemas import MetricList
 from api.services import jobs as service
@@ -37,7 +37,7 @@ def _learners(count: int, learner: int | None) -> list[int]:
     },
 )
 async def job_logs(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     state: StateDep,
     user: CurrentUser,
@@ -69,7 +69,7 @@ async def job_logs(
     responses={200: {"model": MetricList, "content": {"application/json": {}}}},
 )
 async def job_metrics(
-    job_id: str,
+    job_id: JobId,
     state: StateDep,
     user: CurrentUser,
     learner: int | None = Query(None, ge=1, description="only this learner's points"),

@@ -91,6 +91,14 @@ async def test_another_users_token_sees_nothing(api: Harness) -> None:
         assert (await alice.get(f"/v2/jobs/{job_id}")).status_code == 200
 
 
+async def test_an_id_no_job_can_have_is_refused_naming_it(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        for bad in ["a%00b", "x" * 41, "Training-A"]:
+            response = await alice.get(f"/v2/jobs/{bad}/events")
+            assert response.status_code == 422, (bad, response.text)
+            assert response.json()["field"] == "job_id"
+
+
 @pytest.mark.parametrize(
     ("headers", "code"),
     [({}, "missing_token"), ({"Authorization": "Bearer nope"}, "bad_token")],
