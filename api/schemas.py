@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from storage.models import Job, JobEvent
 
@@ -100,8 +101,15 @@ class MetricList(BaseModel):
     metrics: list[MetricPoint]
 
 
+USER_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
+
+
 class UserCreate(BaseModel):
-    name: str
+    # The route checks the name, saying the rule in words; the schema states it.
+    name: str = Field(
+        json_schema_extra={"pattern": USER_NAME.pattern},
+        description="1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
+    )
     admin: bool = False
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, JobId, StateDep
@@ -10,7 +10,7 @@ from api.errors import DlaasError
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
-from api.services.log_join import Position, decode_position
+from api.services.log_join import POSITION, Position, decode_position
 
 router = APIRouter(prefix="/v2/jobs", tags=["logs"])
 
@@ -38,24 +38,28 @@ def _learners(count: int, learner: int | None) -> list[int]:
 )
 async def job_logs(
     job_id: JobId,
-    request: Request,
     state: StateDep,
     user: CurrentUser,
     follow: bool = Query(False, description="stream new lines as Server-Sent Events"),
     learner: int | None = Query(None, ge=1, description="only this learner's lines"),
+    last_event_id: str | None = Header(
+        None,
+        alias="Last-Event-ID",
+        json_schema_extra={"pattern": POSITION.pattern},
+        description="with follow=true, resume after this event (the id of the last one seen)",
+    ),
 ) -> StreamingResponse:
     async with state.sessions() as session:
         job = await service.owned_job(session, user, job_id)
     learners = _learners(job.learners, learner)
+    try:
+        position = decode_position(last_event_id) if last_event_id else Position()
+    except ValueError as exc:
+        raise DlaasError(str(exc), field="Last-Event-ID") from None
     if not follow:
         return StreamingResponse(
             logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"
         )
-    resume = request.headers.get("last-event-id")
-    try:
-        position = decode_position(resume) if resume else Position()
-    except ValueError as exc:
-        raise DlaasError(str(exc), field="Last-Event-ID") from None
     return StreamingResponse(
         logs_service.follow_events(state, job_id, learners, position),
         media_type="text/event-stream",
