@@ -6,7 +6,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import CurrentUser, JobId, StateDep
-from api.errors import DlaasError
+from api.errors import DlaasError, NotFound
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
@@ -19,7 +19,7 @@ def _learners(count: int, learner: int | None) -> list[int]:
     if learner is None:
         return list(range(1, count + 1))
     if not 1 <= learner <= count:
-        raise DlaasError(
+        raise NotFound(
             f"learner {learner} does not exist: this job has learners 1..{count}",
             field="learner",
         )

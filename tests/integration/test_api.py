@@ -222,7 +222,7 @@ async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
             plain = await alice.get(f"/v2/jobs/{job_id}/logs")
             assert plain.text == "hello from 1\nhello from 2\n"
             no_such = await alice.get(f"/v2/jobs/{job_id}/logs", params={"learner": 3})
-            assert no_such.status_code == 400
+            assert no_such.status_code == 404
             assert no_such.json()["field"] == "learner"
         finally:
             await redis.delete(streams.logs_key(job_id))
