@@ -15,6 +15,7 @@ from api.services import jobs as service
 router = APIRouter(prefix="/v2/jobs", tags=["jobs"])
 
 _MANIFEST_MAX = 64 * 1024
+_FORM_FIELDS = ("manifest", "model")
 _SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -22,12 +23,25 @@ _SUBMIT_BODY: dict[str, Any] = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["manifest", "model"],
+                    "required": list(_FORM_FIELDS),
                     "properties": {
-                        "manifest": {"type": "string", "format": "binary"},
-                        "model": {"type": "string", "format": "binary"},
+                        "manifest": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the manifest, YAML",
+                        },
+                        "model": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the training code, a zip archive",
+                        },
                     },
-                }
+                    "additionalProperties": False,
+                },
+                "encoding": {
+                    "manifest": {"contentType": "application/yaml"},
+                    "model": {"contentType": "application/zip"},
+                },
             }
         },
     }
@@ -43,6 +57,17 @@ async def _form_file(form: Any, name: str, what: str) -> UploadFile:
             field=name,
         )
     return value
+
+
+def _refuse_unknown_fields(form: Any) -> None:
+    for name in form:
+        if name not in _FORM_FIELDS:
+            raise Invalid(
+                f"the multipart form has a field {name!r} that a submission does not take: "
+                "send only manifest and model",
+                code="unknown_field",
+                field=name,
+            )
 
 
 @router.post("", status_code=201, response_model=JobPublic, openapi_extra=_SUBMIT_BODY)
@@ -71,6 +96,7 @@ async def submit_job(
             field="body",
         )
     async with request.form(max_files=4, max_fields=4) as form:
+        _refuse_unknown_fields(form)
         manifest = await _form_file(form, "manifest", "the manifest YAML")
         model = await _form_file(form, "model", "the model zip")
         manifest_text = await manifest.read(_MANIFEST_MAX + 1)

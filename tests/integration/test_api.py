@@ -181,6 +181,21 @@ async def test_a_form_without_the_model_field_is_refused(api: Harness) -> None:
     assert response.json()["field"] == "model"
 
 
+async def test_a_form_with_a_field_a_submission_does_not_take_is_refused(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        response = await alice.post(
+            "/v2/jobs",
+            files={
+                "manifest": ("manifest.yml", MANIFEST, "application/x-yaml"),
+                "model": ("model.zip", MODEL_ZIP, "application/zip"),
+                "modle": ("model.zip", MODEL_ZIP, "application/zip"),
+            },
+        )
+        assert response.status_code == 422
+        assert response.json()["field"] == "modle"
+        assert (await alice.get("/v2/jobs")).json() == {"jobs": []}
+
+
 async def test_an_oversized_upload_is_413_before_it_is_read(api: Harness) -> None:
     api.app.state.dlaas.archive_limits = type(api.app.state.dlaas.archive_limits)(
         max_bytes=1024,
