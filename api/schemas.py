@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from storage.models import Job, JobEvent
 
@@ -105,6 +105,8 @@ USER_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 
 
 class UserCreate(BaseModel):
+    model_config = ConfigDict(strict=True)  # `"admin": 0` is a mistake, not False
+
     # The route checks the name, saying the rule in words; the schema states it.
     name: str = Field(
         json_schema_extra={"pattern": USER_NAME.pattern},

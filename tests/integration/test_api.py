@@ -539,3 +539,9 @@ async def test_a_follow_ends_when_its_job_is_halted_or_deleted_from_elsewhere(
         finally:
             await redis.delete(streams.logs_key(halted), streams.logs_key(deleted))
             await redis.aclose()
+
+
+async def test_a_new_user_is_refused_unless_admin_is_a_boolean(api: Harness) -> None:
+    response = await api.admin.post("/v2/users", json={"name": "carol", "admin": 0})
+    assert response.status_code == 422
+    assert response.json()["field"] == "admin"
