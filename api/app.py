@@ -20,6 +20,7 @@ from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
 from api.errors import DlaasError
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
+from api.openapi_contract import install_contract
 from api.routes import data, jobs, logs, results, system, users
 from api.state import ApiState
 from storage import streams
@@ -174,4 +175,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     for router in routers:
         app.include_router(router)
+    install_contract(app, routes)
     return app
