@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 
 from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from api.archive import ArchiveLimits
 from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
@@ -19,6 +22,7 @@ from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
 from api.nul_guard import NulGuardMiddleware
+from api.openapi_contract import install_contract
 from api.rate_limit import RateLimitMiddleware
 from api.routes import data, jobs, logs, results, system, usage, users
 from api.state import ApiState
@@ -53,16 +57,33 @@ async def _ensure_admin(state: ApiState) -> None:
         await session.commit()
 
 
+# What each refusal of Starlette's or FastAPI's own is about
+_REFUSAL_FIELDS = {
+    HTTPStatus.BAD_REQUEST: "body",
+    HTTPStatus.NOT_FOUND: "path",
+    HTTPStatus.METHOD_NOT_ALLOWED: "method",
+}
+
+
 def _field_of(location: tuple[object, ...]) -> str:
     parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "request"
 
 
-# Errors Starlette raises itself: no route at the path, not this method, an unreadable body.
-_HTTP_ERRORS = {404: ("not_found", "path"), 405: ("method_not_allowed", "method")}
+def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """Every method some route serves at the request's path. Starlette's own Allow names
+    only the first route whose path matched, where a path's methods may be split between
+    routes (GET and POST /v2/jobs)."""
+    methods = {
+        method
+        for route in routes
+        if isinstance(route, Route) and route.matches(scope)[0] is not Match.NONE
+        for method in route.methods or ()
+    }
+    return ", ".join(sorted(methods))
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     @app.exception_handler(DlaasError)
     async def _dlaas_error(_request: Request, error: DlaasError) -> JSONResponse:
         return JSONResponse(error.to_body(), status_code=error.status)
@@ -79,10 +100,17 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=422)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
-        code, field = _HTTP_ERRORS.get(error.status_code, ("bad_request", "body"))
-        body = {"error": code, "detail": str(error.detail), "field": field}
-        return JSONResponse(body, error.status_code, headers=error.headers)
+    async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's and FastAPI's own refusals: no route, a method the path lacks, or a
+        # body that could not be parsed
+        status = HTTPStatus(error.status_code)
+        body = {"error": status.phrase.lower().replace(" ", "_"), "detail": str(error.detail)}
+        if status in _REFUSAL_FIELDS:
+            body["field"] = _REFUSAL_FIELDS[status]
+        headers = dict(error.headers or {})
+        if status is HTTPStatus.METHOD_NOT_ALLOWED:
+            headers["Allow"] = _allowed_methods(routes, request.scope)
+        return JSONResponse(body, error.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, error: Exception) -> JSONResponse:
@@ -164,12 +192,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    _install_error_handlers(app)
+    routers = [module.router for module in (jobs, logs, results, data, usage, users, system)]
+    # the routes as their routers declare them, prefixes included
+    routes = [route for router in routers for route in router.routes]
+    _install_error_handlers(app, routes)
     # The last added runs first: a body over its limit is refused before a key is claimed.
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     app.add_middleware(NulGuardMiddleware)
     app.add_middleware(RateLimitMiddleware)  # added last: runs first
-    for module in (jobs, logs, results, data, usage, users, system):
-        app.include_router(module.router)
+    for router in routers:
+        app.include_router(router)
+    install_contract(app, routes)
     return app

@@ -5,13 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import Principal, authenticate
 from api.state import ApiState
+from storage.jobs import JOB_ID_PATTERN
 from storage.object_store import ObjectStore
+
+JobId = Annotated[
+    str,
+    Path(
+        pattern=JOB_ID_PATTERN,
+        max_length=40,
+        description="a job's id, as `POST /v2/jobs` answered it (e.g. training-k3m9x2abcd)",
+    ),
+]
 
 
 def get_state(request: Request) -> ApiState:

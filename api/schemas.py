@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from storage.models import Job, JobEvent
 
@@ -117,8 +118,17 @@ class MetricList(BaseModel):
     next: NextCursor = None  # only when paged (limit or cursor given)
 
 
+USER_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
+
+
 class UserCreate(BaseModel):
-    name: str
+    model_config = ConfigDict(strict=True)  # `"admin": 0` is a mistake, not False
+
+    # The route checks the name, saying the rule in words; the schema states it.
+    name: str = Field(
+        json_schema_extra={"pattern": USER_NAME.pattern},
+        description="1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
+    )
     admin: bool = False
 
 

@@ -27,6 +27,8 @@ from storage.models import Job, JobEvent, Learner, utcnow
 log = logging.getLogger(__name__)
 
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+# Every id new_job_id makes, and nothing longer than the column or unfit for a pod's name
+JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 
 
 def new_job_id() -> str:

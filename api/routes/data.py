@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 import tempfile
-from typing import BinaryIO, cast
+from typing import Annotated, BinaryIO, cast
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 
 from api.deps import CurrentUser, StateDep
 from api.errors import Invalid
@@ -21,11 +21,31 @@ from storage.usage import add_data_bytes
 router = APIRouter(prefix="/v2/data", tags=["data"])
 
 _CONTAINER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_SEGMENT = re.compile(r"^[A-Za-z0-9._ +@=-]{1,255}$")
+# Segments of 1-255 of these characters, none of them "." or ".."
+_SEGMENT = r"(?!\.\.?(?:/|$))[A-Za-z0-9._ +@=-]{1,255}"
+_DATA_PATH = re.compile(rf"^{_SEGMENT}(?:/{_SEGMENT})*$")
+
+# The schema states the rules the checks below enforce; the checks stay in the route, as
+# their refusals say the rule in words.
+ContainerName = Annotated[
+    str,
+    Path(
+        json_schema_extra={"pattern": _CONTAINER.pattern},
+        description="1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
+    ),
+]
+DataPath = Annotated[
+    str,
+    Path(
+        json_schema_extra={"pattern": _DATA_PATH.pattern},
+        description="a relative path of letters, digits and '._-+@= ', without '.' or '..' "
+        "segments",
+    ),
+]
 
 
 def _check_container(container: str) -> None:
-    if not _CONTAINER.match(container):
+    if not _CONTAINER.fullmatch(container):
         raise Invalid(
             f"container {container!r} is not a valid name: use 1-63 letters, digits, '.', '_' "
             "or '-', starting with a letter or digit",
@@ -35,8 +55,7 @@ def _check_container(container: str) -> None:
 
 
 def _check_path(path: str) -> None:
-    parts = path.split("/")
-    if not path or any(p in ("", ".", "..") or not _SEGMENT.match(p) for p in parts):
+    if not _DATA_PATH.fullmatch(path):
         raise Invalid(
             f"data path {path!r} is not allowed: use relative paths of letters, digits and "
             "'._-+@= ' without '..' or empty segments",
@@ -47,7 +66,11 @@ def _check_path(path: str) -> None:
 
 @router.put("/{container}/{path:path}", status_code=201, response_model=FileInfo)
 async def upload_data(
-    container: str, path: str, request: Request, state: StateDep, user: CurrentUser
+    container: ContainerName,
+    path: DataPath,
+    request: Request,
+    state: StateDep,
+    user: CurrentUser,
 ) -> FileInfo:
     """Upload one file of training data (raw body, streamed)."""
     _check_container(container)
@@ -80,7 +103,7 @@ def _size_if_stored(objects: ObjectStore, key: str) -> int:
 
 @router.get("/{container}", response_model=FileList)
 async def list_data(
-    container: str,
+    container: ContainerName,
     state: StateDep,
     user: CurrentUser,
     page: PageQuery,

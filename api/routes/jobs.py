@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import BeforeValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import UploadFile
 
-from api.deps import CurrentUser, SessionDep, StateDep
+from api.deps import CurrentUser, JobId, SessionDep, StateDep
 from api.errors import DlaasError, Invalid
 from api.idempotency import Claim, claim_of
 from api.pagination import PageQuery
@@ -46,16 +48,37 @@ OwnerFilter = Annotated[
         "gets an empty list.",
     ),
 ]
+_ISO_TIME = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?$"
+)
+
+
+def _iso_time(value: object) -> object:
+    """A time as ISO 8601 text only: pydantic alone would read `0.5` as a Unix time."""
+    if isinstance(value, str) and not _ISO_TIME.match(value):
+        raise ValueError("must be an ISO 8601 time such as 2026-11-25T12:00:00Z")
+    return value
+
+
 CreatedBefore = Annotated[
     datetime | None,
-    Query(description="Only jobs created before this ISO 8601 time (UTC if it has no zone)."),
+    BeforeValidator(_iso_time),
+    Query(
+        description="Only jobs created before this ISO 8601 time (UTC if it has no zone).",
+        json_schema_extra={"pattern": _ISO_TIME.pattern},
+    ),
 ]
 CreatedAfter = Annotated[
     datetime | None,
-    Query(description="Only jobs created after this ISO 8601 time (UTC if it has no zone)."),
+    BeforeValidator(_iso_time),
+    Query(
+        description="Only jobs created after this ISO 8601 time (UTC if it has no zone).",
+        json_schema_extra={"pattern": _ISO_TIME.pattern},
+    ),
 ]
 
 _MANIFEST_MAX = 64 * 1024
+_FORM_FIELDS = ("manifest", "model")
 _SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -63,12 +86,25 @@ _SUBMIT_BODY: dict[str, Any] = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["manifest", "model"],
+                    "required": list(_FORM_FIELDS),
                     "properties": {
-                        "manifest": {"type": "string", "format": "binary"},
-                        "model": {"type": "string", "format": "binary"},
+                        "manifest": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the manifest, YAML",
+                        },
+                        "model": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the training code, a zip archive",
+                        },
                     },
-                }
+                    "additionalProperties": False,
+                },
+                "encoding": {
+                    "manifest": {"contentType": "application/yaml"},
+                    "model": {"contentType": "application/zip"},
+                },
             }
         },
     }
@@ -86,6 +122,17 @@ async def _form_file(form: Any, name: str, what: str) -> UploadFile:
     return value
 
 
+def _refuse_unknown_fields(form: Any) -> None:
+    for name in form:
+        if name not in _FORM_FIELDS:
+            raise Invalid(
+                f"the multipart form has a field {name!r} that a submission does not take: "
+                "send only manifest and model",
+                code="unknown_field",
+                field=name,
+            )
+
+
 @router.post("", status_code=201, response_model=JobPublic, openapi_extra=_SUBMIT_BODY)
 async def submit_job(
     request: Request, response: Response, state: StateDep, user: CurrentUser
@@ -96,7 +143,10 @@ async def submit_job(
     length = request.headers.get("content-length")
     if length is None or not length.isdigit():
         raise DlaasError(
-            "send the upload with a Content-Length header", code="length_required", status=411
+            "send the upload with a Content-Length header",
+            code="length_required",
+            field="Content-Length",
+            status=411,
         )
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise Invalid(
@@ -105,6 +155,7 @@ async def submit_job(
             field="body",
         )
     async with request.form(max_files=4, max_fields=4) as form:
+        _refuse_unknown_fields(form)
         manifest = await _form_file(form, "manifest", "the manifest YAML")
         model = await _form_file(form, "model", "the model zip")
         manifest_text = await manifest.read(_MANIFEST_MAX + 1)
@@ -156,27 +207,27 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic)
-async def get_job(job_id: str, session: SessionDep, user: CurrentUser) -> JobPublic:
+async def get_job(job_id: JobId, session: SessionDep, user: CurrentUser) -> JobPublic:
     return JobPublic.of(await service.owned_job(session, user, job_id), user.name)
 
 
 @router.post("/{job_id}/halt", status_code=202, response_model=JobPublic)
 async def halt_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> JobPublic:
     return JobPublic.of(await service.halt_job(state, session, user, job_id), user.name)
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobPublic)
 async def resume_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> JobPublic:
     return JobPublic.of(await service.resume_job(state, session, user, job_id), user.name)
 
 
 @router.delete("/{job_id}", status_code=202)
 async def delete_job(
-    job_id: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> dict[str, str]:
     await service.delete_job(state, session, user, job_id)
     return {"id": job_id, "status": "deleting"}
@@ -184,7 +235,7 @@ async def delete_job(
 
 @router.get("/{job_id}/events", response_model=EventList)
 async def job_events(
-    job_id: str,
+    job_id: JobId,
     session: SessionDep,
     user: CurrentUser,
     page: PageQuery,

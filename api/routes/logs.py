@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentUser, StateDep
-from api.errors import DlaasError
+from api.deps import CurrentUser, JobId, StateDep
+from api.errors import DlaasError, NotFound
 from api.follow_slots import holding, take_slot
 from api.pagination import (
     DEFAULT_LIMIT,
@@ -20,7 +20,7 @@ from api.pagination import (
 from api.schemas import MetricList
 from api.services import jobs as service
 from api.services import logs as logs_service
-from api.services.log_join import Position, decode_position
+from api.services.log_join import POSITION, Position, decode_position
 
 router = APIRouter(prefix="/v2/jobs", tags=["logs"])
 
@@ -29,7 +29,7 @@ def _learners(count: int, learner: int | None) -> list[int]:
     if learner is None:
         return list(range(1, count + 1))
     if not 1 <= learner <= count:
-        raise DlaasError(
+        raise NotFound(
             f"learner {learner} does not exist: this job has learners 1..{count}",
             field="learner",
         )
@@ -47,25 +47,29 @@ def _learners(count: int, learner: int | None) -> list[int]:
     },
 )
 async def job_logs(
-    job_id: str,
-    request: Request,
+    job_id: JobId,
     state: StateDep,
     user: CurrentUser,
     follow: bool = Query(False, description="stream new lines as Server-Sent Events"),
     learner: int | None = Query(None, ge=1, description="only this learner's lines"),
+    last_event_id: str | None = Header(
+        None,
+        alias="Last-Event-ID",
+        json_schema_extra={"pattern": POSITION.pattern},
+        description="with follow=true, resume after this event (the id of the last one seen)",
+    ),
 ) -> StreamingResponse:
     async with state.sessions() as session:
         job = await service.owned_job(session, user, job_id)
     learners = _learners(job.learners, learner)
+    try:
+        position = decode_position(last_event_id) if last_event_id else Position()
+    except ValueError as exc:
+        raise DlaasError(str(exc), field="Last-Event-ID") from None
     if not follow:
         return StreamingResponse(
             logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"
         )
-    resume = request.headers.get("last-event-id")
-    try:
-        position = decode_position(resume) if resume else Position()
-    except ValueError as exc:
-        raise DlaasError(str(exc), field="Last-Event-ID") from None
     slot = await take_slot(state.redis, user.id, state.settings.max_follows_per_user)
     if slot is None:
         raise DlaasError(
@@ -89,7 +93,7 @@ async def job_logs(
     responses={200: {"model": MetricList, "content": {"application/json": {}}}},
 )
 async def job_metrics(
-    job_id: str,
+    job_id: JobId,
     state: StateDep,
     user: CurrentUser,
     learner: int | None = Query(None, ge=1, description="only this learner's points"),

@@ -6,7 +6,7 @@ from anyio import to_thread
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentUser, SessionDep, StateDep
+from api.deps import CurrentUser, JobId, SessionDep, StateDep
 from api.errors import NotFound
 from api.pagination import PageQuery
 from api.schemas import FileList
@@ -23,7 +23,7 @@ def results_prefix(job_id: str) -> str:
 
 @router.get("/{job_id}/results", response_model=FileList)
 async def list_results(
-    job_id: str,
+    job_id: JobId,
     state: StateDep,
     session: SessionDep,
     user: CurrentUser,
@@ -36,7 +36,7 @@ async def list_results(
 
 @router.get("/{job_id}/results/{path:path}", response_model=None)
 async def download_result(
-    job_id: str, path: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, path: str, state: StateDep, session: SessionDep, user: CurrentUser
 ) -> StreamingResponse:
     await service.owned_job(session, user, job_id)
     key = results_prefix(job_id) + path

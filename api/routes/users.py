@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import CurrentUser, SessionDep
 from api.errors import Conflict, DlaasError, Invalid
-from api.schemas import UserCreate, UserCreated
+from api.schemas import USER_NAME, UserCreate, UserCreated
 from storage.users import create_user
 
 router = APIRouter(prefix="/v2/users", tags=["users"])
-
-_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 
 
 @router.post("", status_code=201, response_model=UserCreated)
@@ -23,7 +19,7 @@ async def add_user(body: UserCreate, session: SessionDep, user: CurrentUser) -> 
         raise DlaasError(
             "only an admin can create users", code="forbidden", field="Authorization", status=403
         )
-    if not _NAME.match(body.name):
+    if not USER_NAME.fullmatch(body.name):
         raise Invalid(
             "name must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
             field="name",

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-_POSITION = re.compile(r"^(?:\d{1,6}:\d{1,15}(?:,\d{1,6}:\d{1,15})*)?$")
+POSITION = re.compile(r"^(?:[0-9]{1,6}:[0-9]{1,15}(?:,[0-9]{1,6}:[0-9]{1,15})*)?$")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def encode_position(position: Position, marked: int | None = None) -> str:
 def decode_position(text: str) -> Position:
     """The position a client names; ValueError when the text is not one."""
     text = text.strip()
-    if not _POSITION.match(text):
+    if not POSITION.match(text):
         raise ValueError(
             "Last-Event-ID must be the id of an event of this stream (learner:line,...)"
         )

@@ -78,6 +78,14 @@ async def test_another_users_token_sees_nothing(api: Harness) -> None:
         assert (await alice.get(f"/v2/jobs/{job_id}")).status_code == 200
 
 
+async def test_an_id_no_job_can_have_is_refused_naming_it(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        for bad in ["a%00b", "x" * 41, "Training-A"]:
+            response = await alice.get(f"/v2/jobs/{bad}/events")
+            assert response.status_code == 422, (bad, response.text)
+            assert response.json()["field"] == "job_id"
+
+
 @pytest.mark.parametrize(
     ("headers", "code"),
     [({}, "missing_token"), ({"Authorization": "Bearer nope"}, "bad_token")],
@@ -160,6 +168,21 @@ async def test_a_form_without_the_model_field_is_refused(api: Harness) -> None:
     assert response.json()["field"] == "model"
 
 
+async def test_a_form_with_a_field_a_submission_does_not_take_is_refused(api: Harness) -> None:
+    async with await api.new_user("alice") as alice:
+        response = await alice.post(
+            "/v2/jobs",
+            files={
+                "manifest": ("manifest.yml", MANIFEST, "application/x-yaml"),
+                "model": ("model.zip", MODEL_ZIP, "application/zip"),
+                "modle": ("model.zip", MODEL_ZIP, "application/zip"),
+            },
+        )
+        assert response.status_code == 422
+        assert response.json()["field"] == "modle"
+        assert (await alice.get("/v2/jobs")).json() == {"jobs": [], "next": None}
+
+
 async def test_an_oversized_upload_is_413_before_it_is_read(api: Harness) -> None:
     api.app.state.dlaas.archive_limits = type(api.app.state.dlaas.archive_limits)(
         max_bytes=1024,
@@ -201,7 +224,7 @@ async def test_logs_follow_streams_sse_and_ends_with_the_final_state(
             plain = await alice.get(f"/v2/jobs/{job_id}/logs")
             assert plain.text == "hello from 1\nhello from 2\n"
             no_such = await alice.get(f"/v2/jobs/{job_id}/logs", params={"learner": 3})
-            assert no_such.status_code == 400
+            assert no_such.status_code == 404
             assert no_such.json()["field"] == "learner"
         finally:
             await redis.delete(streams.logs_key(job_id))
@@ -417,6 +440,19 @@ async def test_health_prometheus_and_openapi(api: Harness) -> None:
         assert unknown.json()["error"] == "not_found"
 
 
+async def test_a_method_a_path_lacks_is_405_allowing_every_method_it_has(api: Harness) -> None:
+    async with api.client(None) as anonymous:
+        for path, allowed in [("/v2/jobs", "GET, POST"), ("/v2/jobs/x", "DELETE, GET")]:
+            refused = await anonymous.request("PATCH", path)
+            assert refused.status_code == 405
+            assert refused.headers["allow"] == allowed
+            assert refused.json() == {
+                "error": "method_not_allowed",
+                "detail": "Method Not Allowed",
+                "field": "method",
+            }
+
+
 async def test_a_job_whose_training_data_is_missing_or_empty_is_refused_naming_the_upload(
     api: Harness,
 ) -> None:
@@ -490,3 +526,9 @@ async def test_a_follow_ends_when_its_job_is_halted_or_deleted_from_elsewhere(
         finally:
             await redis.delete(streams.logs_key(halted), streams.logs_key(deleted))
             await redis.aclose()
+
+
+async def test_a_new_user_is_refused_unless_admin_is_a_boolean(api: Harness) -> None:
+    response = await api.admin.post("/v2/users", json={"name": "carol", "admin": 0})
+    assert response.status_code == 422
+    assert response.json()["field"] == "admin"

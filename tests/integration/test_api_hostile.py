@@ -10,8 +10,8 @@ from tests.integration.api_harness import Harness
 @pytest.mark.parametrize(
     ("path", "field"),
     [
-        ("/v2/jobs/%00", "path"),
-        ("/v2/jobs/training-1%00/events", "path"),
+        ("/v2/jobs/%00", "job_id"),
+        ("/v2/jobs/training-1%00/events", "job_id"),
         ("/v2/jobs?name=a%00b", "name"),
         ("/v2/jobs?cursor=%00", "cursor"),
     ],
