@@ -50,12 +50,20 @@ RESUME_FOR_S = 120.0
 RESUME_PAUSE_S = 0.2
 
 
-def command(lines: int, block_writes: bool = False, start_file: str | None = None) -> str:
+def command(
+    lines: int,
+    block_writes: bool = False,
+    start_file: str | None = None,
+    pause: tuple[int, str] | None = None,
+) -> str:
+    """The flood's command line; `pause`: (after how many lines, until which file exists)."""
     words = f"python flood.py --lines {lines}"
     if block_writes:
         words += " --block-writes"
     if start_file:
         words += f" --start-file {start_file}"
+    if pause:
+        words += f" --pause-after {pause[0]} --resume-file {pause[1]}"
     return words
 
 
@@ -66,10 +74,11 @@ def manifest(
     cpus: float = 1.0,
     block_writes: bool = False,
     start_file: str | None = None,
+    pause: tuple[int, str] | None = None,
 ) -> str:
     """The job's manifest: FfDL's regex extractor names the metrics of every line."""
     regex = METRIC_REGEX.replace("'", "''")
-    run = command(lines, block_writes, start_file)
+    run = command(lines, block_writes, start_file, pause)
     return (
         f"name: {name}\nlearners: {learners}\ncpus: {cpus}\nmemory: 512Mi\n"
         f"framework:\n  name: python\n  command: {json.dumps(run)}\n"

@@ -11,7 +11,9 @@ line to after its last. `print` writes through as the environment says: under dl
 64 KiB writes instead, the most lines a second a Python program can hand the pipe. With
 `--report FILE` the time is also written to FILE (for a run whose output is thrown away).
 With `--start-file NAME` it prints nothing until a file NAME exists in its directory (a
-test starts the flood at the moment it chooses).
+test starts the flood at the moment it chooses); with `--pause-after K --resume-file NAME`
+it stops after its first K lines until a file NAME exists (a test lets the rest go when it
+chooses).
 Standard library only: this file is imported by the test and the benchmark for `line`.
 """
 
@@ -41,6 +43,8 @@ def main() -> None:
     parser.add_argument("--block-writes", action="store_true")
     parser.add_argument("--report", default=None)
     parser.add_argument("--start-file", default=None)
+    parser.add_argument("--pause-after", type=int, default=None)
+    parser.add_argument("--resume-file", default=None)
     args = parser.parse_args()
     learner = int(os.environ.get("LEARNER_ID", "1"))
     out = sys.stdout
@@ -50,6 +54,10 @@ def main() -> None:
         time.sleep(0.005)
     began = time.perf_counter()
     for i in range(args.lines):
+        if i == args.pause_after:
+            out.flush()
+            while not os.path.exists(args.resume_file):
+                time.sleep(0.005)
         print(line(learner, i), file=out)
     out.flush()
     seconds = time.perf_counter() - began
