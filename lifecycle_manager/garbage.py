@@ -4,8 +4,10 @@
   `idempotency_retention_s`;
 - model archives of submissions that died between storing the archive and writing the job
   row (`storage.pending_archives`), `orphan_archive_after_s` after they were stored;
-- live streams of finished jobs that were never set to expire (their stored log and metrics
-  hold every line), and streams of jobs that do not exist;
+- live streams of finished jobs that were never set to expire, and of jobs halted for
+  `halted_streams_after_s` (their stored log and metrics hold every line; a job deployed
+  again takes the expiry back), and streams of jobs that do not exist;
+- events of finished jobs older than `event_retention_s` (the job's row keeps its end);
 - rows of deleted jobs, with their events and learners, `deleted_job_retention_s` after the
   deletion (the API answers 404 for them from the start).
 
@@ -18,14 +20,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 
 from lifecycle_manager.context import Context
 from storage import idempotency, pending_archives, streams
-from storage.job_states import FINAL_STATES
-from storage.models import Job
+from storage.job_states import FINAL_STATES, JobState
+from storage.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,14 @@ class Collected:
     orphan_archives: int = 0
     streams_retired: int = 0
     deleted_jobs: int = 0
+    old_events: int = 0
 
     def __str__(self) -> str:
         return (
             f"forgot {self.idempotent_requests} idempotency key(s), removed "
             f"{self.orphan_archives} orphaned archive(s), retired {self.streams_retired} "
-            f"job stream(s), dropped {self.deleted_jobs} deleted job row(s)"
+            f"job stream(s), dropped {self.deleted_jobs} deleted job row(s) and "
+            f"{self.old_events} old event(s)"
         )
 
 
@@ -60,18 +64,21 @@ async def collect(ctx: Context) -> Collected:
         orphan_archives=await collect_orphan_archives(ctx),
         streams_retired=await retire_forgotten_streams(ctx),
         deleted_jobs=await drop_deleted_jobs(ctx),
+        old_events=await drop_old_events(ctx),
     )
 
 
-async def _existing_jobs(ctx: Context, job_ids: list[str]) -> dict[str, str]:
-    """The state of each of `job_ids` that has a row."""
-    found: dict[str, str] = {}
+async def _existing_jobs(ctx: Context, job_ids: list[str]) -> dict[str, tuple[str, datetime]]:
+    """The state of each of `job_ids` that has a row, and when it last changed."""
+    found: dict[str, tuple[str, datetime]] = {}
     async with ctx.sessions() as session:
         for start in range(0, len(job_ids), _BATCH):
             rows = await session.execute(
-                select(Job.id, Job.state).where(Job.id.in_(job_ids[start : start + _BATCH]))
+                select(Job.id, Job.state, Job.updated_at).where(
+                    Job.id.in_(job_ids[start : start + _BATCH])
+                )
             )
-            found.update({job_id: state for job_id, state in rows.all()})
+            found.update({job_id: (state, updated) for job_id, state, updated in rows.all()})
     return found
 
 
@@ -111,13 +118,28 @@ async def retire_forgotten_streams(ctx: Context) -> int:
     existing = await _existing_jobs(ctx, list(without_expiry))
     changed = 0
     for job_id, keys in without_expiry.items():
-        state = existing.get(job_id)
-        if state is None:
+        if job_id not in existing:
             changed += int(await ctx.redis.delete(*keys))
-        elif state in FINAL_STATES:
+            continue
+        state, updated = existing[job_id]
+        halted_long = (
+            state == JobState.HALTED and ctx.age(updated) > ctx.settings.halted_streams_after_s
+        )
+        if state in FINAL_STATES or halted_long:
             await streams.aretire_job_streams(ctx.redis, job_id)
             changed += len(keys)
     return changed
+
+
+async def drop_old_events(ctx: Context) -> int:
+    """Events of finished jobs older than the retention (the job's row keeps its end)."""
+    cutoff = ctx.clock() - timedelta(seconds=ctx.settings.event_retention_s)
+    finished = select(Job.id).where(Job.state.in_([str(s) for s in FINAL_STATES]))
+    async with ctx.sessions() as session, session.begin():
+        result = await session.execute(
+            delete(JobEvent).where(JobEvent.time < cutoff, JobEvent.job_id.in_(finished))
+        )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def drop_deleted_jobs(ctx: Context) -> int:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redis.exceptions import RedisError
 from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
@@ -88,6 +89,11 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
         elif job.state != JobState.DEPLOYING:
             return Outcome(f"nothing to deploy: the job is {job.state}")
         specs = await _specs_of_attempt(ctx, session, job, attempt)
+    try:
+        # A halted job's streams may have been set to expire: they live while it runs.
+        await streams.akeep_job_streams(ctx.redis, job_id)
+    except RedisError as error:
+        log.warning("job %s: could not keep its streams from expiring: %s", job_id, error)
     try:
         created = await ctx.backend.create_learners(specs)
     except NoCapacity as refusal:

@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     orphan_archive_after_s: float = 3600.0
     # A deleted job's row, events and learners are dropped this long after the deletion.
     deleted_job_retention_s: float = 7 * 24 * 3600.0
+    # Events of finished jobs are dropped once this old; a halted job's live streams expire
+    # this long after it halted (its stored log and metrics keep every line).
+    event_retention_s: float = 180 * 24 * 3600.0
+    halted_streams_after_s: float = 24 * 3600.0
     # Requests per second (and the burst above it) per token and per client address, past
     # which the API answers 429; 0 turns a limit off. Log follows held at once per user.
     rate_limit_per_s: float = 100.0

@@ -690,6 +690,14 @@ async def aretire_job_streams(
     await pipe.execute()
 
 
+async def akeep_job_streams(redis: AsyncRedis, job_id: str) -> None:
+    """Take back an expiry set on a job's streams (it runs again: resumed, or restarted)."""
+    pipe = redis.pipeline(transaction=False)
+    for key in job_keys(job_id):
+        pipe.persist(key)
+    await pipe.execute()
+
+
 # -- small decoders ---------------------------------------------------------------------------
 
 

@@ -145,3 +145,40 @@ async def test_idempotency_keys_are_forgotten_past_their_retention(ctx: Context)
     async with ctx.sessions() as session:
         assert await session.get(IdempotentRequest, (scope, "old")) is None
         assert await session.get(IdempotentRequest, (scope, "new")) is not None
+
+
+async def test_streams_of_long_halted_jobs_expire_until_the_job_runs_again(ctx: Context) -> None:
+    long_ago, lately = _unique("halted-long"), _unique("halted-lately")
+    for job_id, halted_at in ((long_ago, NOW - timedelta(days=2)), (lately, NOW)):
+        await _job(ctx, job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.HALTED)
+        async with ctx.sessions() as session, session.begin():
+            job = await session.get(Job, job_id)
+            assert job is not None
+            job.updated_at = halted_at
+        await ctx.redis.xadd(streams.logs_key(job_id), {"x": "1"})
+    await garbage.collect(ctx)
+    assert 0 < await ctx.redis.ttl(streams.logs_key(long_ago)) <= 3600
+    assert await ctx.redis.ttl(streams.logs_key(lately)) == -1
+    await streams.akeep_job_streams(ctx.redis, long_ago)  # what deploying it again does
+    assert await ctx.redis.ttl(streams.logs_key(long_ago)) == -1
+    await ctx.redis.delete(*streams.job_keys(long_ago), *streams.job_keys(lately))
+
+
+async def test_events_of_finished_jobs_go_after_their_retention(ctx: Context) -> None:
+    finished, running = _unique("done"), _unique("running")
+    await _job(ctx, finished, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
+    await _job(ctx, running, JobState.DEPLOYING, JobState.RUNNING)
+    long_ago = NOW - timedelta(seconds=ctx.settings.event_retention_s + 3600)
+    async with ctx.sessions() as session, session.begin():
+        for event in [
+            *await repo.list_events(session, finished),
+            *await repo.list_events(session, running),
+        ]:
+            event.time = long_ago
+    collected = await garbage.collect(ctx)
+    assert collected.old_events >= 4
+    async with ctx.sessions() as session:
+        assert await repo.list_events(session, finished) == []
+        assert len(await repo.list_events(session, running)) == 3
+        job = await session.get(Job, finished)
+        assert job is not None and job.state == JobState.COMPLETED
