@@ -47,9 +47,9 @@ class Settings(BaseSettings):
     halted_streams_after_s: float = 24 * 3600.0
     # Requests per second (and the burst above it) per token and per client address, past
     # which the API answers 429; 0 turns a limit off. Log follows held at once per user.
-    rate_limit_per_s: float = 100.0
-    rate_limit_burst: int = 500
-    address_rate_limit_per_s: float = 200.0
+    rate_limit_per_s: float = 20.0
+    rate_limit_burst: int = 200
+    address_rate_limit_per_s: float = 100.0
     address_rate_limit_burst: int = 1000
     max_follows_per_user: int = 16
 

@@ -79,13 +79,16 @@ async def submit(
 async def running_api(
     database_url: str, redis_url: str, objects_dir: Path, **more_settings: Any
 ) -> AsyncIterator[Harness]:
+    # Rate limits off unless a test asks for them (tests/integration/test_api_limits.py):
+    # a test makes hundreds of requests a second from one token, far past what a user may.
+    limits_off = {"rate_limit_per_s": 0.0, "address_rate_limit_per_s": 0.0}
     settings = Settings(
         home=objects_dir.parent,
         database_url=database_url,
         redis_url=redis_url,
         objects_dir=objects_dir,
         admin_token=ADMIN_TOKEN,
-        **more_settings,
+        **{**limits_off, **more_settings},
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):
