@@ -353,7 +353,11 @@ def pause_for_tests(stage: str) -> None:
     renamed), rename (renamed, CHECKPOINT_DIR not yet fsynced), prune (before pruning)."""
     if os.environ.get(TEST_PAUSE_ENV) != stage:
         return
-    Path(os.environ[TEST_MARKER_ENV]).write_text(stage)
+    # Written aside, then renamed: the marker appears only with the stage in it.
+    marker = Path(os.environ[TEST_MARKER_ENV])
+    aside = marker.with_name(f".{marker.name}.tmp")
+    aside.write_text(stage)
+    os.replace(aside, marker)
     threading.Event().wait()
 
 
