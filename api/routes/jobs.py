@@ -31,11 +31,14 @@ StatesFilter = Annotated[
         json_schema_extra={"items": {"type": "string", "enum": [s.value for s in JobState]}},
     ),
 ]
+# No stored name holds a NUL character (PostgreSQL's text cannot).
+_NO_NUL = r"^[^\x00]*$"
 NameFilter = Annotated[
     str | None,
     Query(
         min_length=1,
         max_length=100,
+        pattern=_NO_NUL,
         description="Only jobs whose name contains this text, ignoring case.",
     ),
 ]
@@ -44,6 +47,7 @@ OwnerFilter = Annotated[
     Query(
         min_length=1,
         max_length=100,
+        pattern=_NO_NUL,
         description="Only this user's jobs: for admins; anyone else naming another user "
         "gets an empty list.",
     ),
