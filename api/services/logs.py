@@ -31,15 +31,13 @@ _STATE_CHECK_S = 0.5
 _CHUNK_BYTES = 1 << 20
 
 
-async def _stored_lines(
-    objects: ObjectStore, key: str, after: int
-) -> AsyncIterator[tuple[int, list[str]]]:
-    """The lines of a stored object after line `after`, in pieces: (number of the first,
-    lines)."""
+async def _stored_chunks(objects: ObjectStore, key: str, start: int) -> AsyncIterator[bytes]:
+    """A stored object's bytes from `start` on, each chunk read in a worker thread; nothing
+    for an object that is not there (or goes while it is read)."""
 
     def open_chunks() -> Iterator[bytes]:
         try:
-            return iter(objects.iter_chunks(key, _CHUNK_BYTES))
+            return iter(objects.iter_chunks(key, _CHUNK_BYTES, start))
         except ObjectNotFound:
             return iter(())
 
@@ -50,10 +48,20 @@ async def _stored_lines(
             return None
 
     chunks = await to_thread.run_sync(open_chunks)
+    while (chunk := await to_thread.run_sync(next_chunk, chunks)) is not None:
+        yield chunk
+
+
+async def _stored_lines(
+    objects: ObjectStore, key: str, after: int
+) -> AsyncIterator[tuple[int, list[str]]]:
+    """The lines of a stored object after line `after`, in pieces: (number of the first,
+    lines)."""
+    chunks = _stored_chunks(objects, key, 0)
     number = 0
     rest = b""
     while True:
-        chunk = await to_thread.run_sync(next_chunk, chunks)
+        chunk = await anext(chunks, None)
         if chunk is None:
             if not rest:
                 return
@@ -321,22 +329,8 @@ async def _stored_lines_from(
     objects: ObjectStore, key: str, start: int
 ) -> AsyncIterator[tuple[str, int]]:
     """The whole lines of a stored object from byte `start` on, each with the byte after it."""
-
-    def open_chunks() -> Iterator[bytes]:
-        try:
-            return iter(objects.iter_chunks(key, _CHUNK_BYTES, start))
-        except ObjectNotFound:
-            return iter(())
-
-    def next_chunk(chunks: Iterator[bytes]) -> bytes | None:
-        try:
-            return next(chunks, None)
-        except ObjectNotFound:
-            return None
-
-    chunks = await to_thread.run_sync(open_chunks)
     offset, rest = start, b""
-    while (chunk := await to_thread.run_sync(next_chunk, chunks)) is not None:
+    async for chunk in _stored_chunks(objects, key, start):
         data = rest + chunk
         cut = data.rfind(b"\n") + 1
         rest = data[cut:]
