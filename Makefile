@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.dlaas-installed
 
-.PHONY: install demo down test lint bench clean e2e-kind
+.PHONY: install demo down test lint bench clean e2e-kind vendor
 
 install: $(STAMP)
 
@@ -40,6 +40,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.checkpoint_stall
 	$(BIN)/python -m bench.log_flood
 	$(BIN)/python -m bench.fuzz
+
+# The dashboard's front-end libraries (and the browser tests' axe-core) fetched again from npm
+# at the versions their vendor.json pins; refuses, writing nothing, if any file's sha256 differs.
+vendor: $(STAMP)
+	$(BIN)/python -m api.dashboard.vendor
 
 # A kind cluster with dlaas installed from the chart, then tests/e2e_kind (needs Docker, kind
 # and kubectl; see README "Kubernetes").
