@@ -132,6 +132,11 @@ class UserCreate(BaseModel):
     admin: bool = False
 
 
+class UserPublic(BaseModel):
+    name: str
+    admin: bool
+
+
 class UserCreated(BaseModel):
     name: str
     token: str

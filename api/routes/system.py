@@ -45,15 +45,21 @@ def _memory_bytes() -> int:
         return 0
 
 
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
 @router.get("/v2/cluster", tags=["cluster"])
 async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> dict[str, object]:
+    """The cluster's nodes, each with its capacity and what active learners hold of it."""
     active = [s.value for s in ACTIVE_STATES]
-    running = await session.execute(
-        select(func.count())
+    held = await session.execute(
+        select(Job.manifest)
         .select_from(Learner)
         .join(Job, Job.id == Learner.job_id)
         .where(Job.state.in_(active), Learner.state.in_(["PENDING", "DOWNLOADING", "RUNNING"]))
     )
+    manifests = held.scalars().all()
     backend = state.settings.cluster_backend
     nodes = []
     if backend == "local":
@@ -63,6 +69,10 @@ async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> di
                 "cpus": os.cpu_count() or 1,
                 "memory_bytes": _memory_bytes(),
                 "gpus": 0,
+                "learners": len(manifests),
+                "cpus_used": round(sum(_number(m.get("cpus", 1)) for m in manifests), 3),
+                "memory_bytes_used": int(sum(_number(m.get("memory")) for m in manifests)),
+                "gpus_used": int(sum(_number(m.get("gpus")) for m in manifests)),
             }
         )
-    return {"backend": backend, "nodes": nodes, "active_learners": running.scalar_one()}
+    return {"backend": backend, "nodes": nodes, "active_learners": len(manifests)}

@@ -7,7 +7,7 @@ from sqlalchemy.exc import IntegrityError
 
 from api.deps import CurrentUser, SessionDep
 from api.errors import Conflict, DlaasError, Invalid
-from api.schemas import USER_NAME, UserCreate, UserCreated
+from api.schemas import USER_NAME, UserCreate, UserCreated, UserPublic
 from storage.users import create_user
 
 router = APIRouter(prefix="/v2/users", tags=["users"])
@@ -30,3 +30,9 @@ async def add_user(body: UserCreate, session: SessionDep, user: CurrentUser) -> 
     except IntegrityError:
         raise Conflict(f"a user named {body.name!r} exists already", field="name") from None
     return UserCreated(name=created.name, token=token, admin=created.is_admin)
+
+
+@router.get("/me", response_model=UserPublic)
+async def who_am_i(user: CurrentUser) -> UserPublic:
+    """The user this token belongs to: the dashboard's sign-in checks a token with it."""
+    return UserPublic(name=user.name, admin=user.is_admin)
