@@ -17,6 +17,7 @@ from starlette.types import Scope
 
 from api.archive import ArchiveLimits
 from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
+from api.dashboard.routes import install_dashboard
 from api.errors import DlaasError
 from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
@@ -203,5 +204,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RateLimitMiddleware)  # added last: runs first
     for router in routers:
         app.include_router(router)
+    install_dashboard(app)
     install_contract(app, routes)
     return app
