@@ -13,6 +13,7 @@ from cli.config import dlaas_home
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError
 from cli.output import note, print_json, stdout_console
+from cli.ui import sign_in_link
 
 DetachOption = Annotated[
     bool, typer.Option("--detach", "-d", help="Start in the background and return.")
@@ -34,12 +35,14 @@ def up(inv: Invocation, detach: DetachOption = False, port: PortOption = embedde
         "client_config": str(home / "client.json"),
         "logs": str(home / "logs"),
         "services": sorted(platform.pids),
+        "dashboard": sign_in_link(platform.url, embedded.read_token(home)),
     }
     if inv.json:
         print_json(summary)
     else:
         console = stdout_console()
         console.print(f"[bold green]dlaas is up[/] at {platform.url}")
+        console.print(f"  dashboard:     {summary['dashboard']} (or: dlaas ui)")
         console.print(f"  token and URL: {summary['client_config']} (the CLI reads it)")
         console.print(f"  service logs:  {summary['logs']}")
         console.print("  stop it with:  dlaas down")
