@@ -62,8 +62,9 @@ export function aligned(series) {
   return { keys, data };
 }
 
-export function chartOptions(title, keys, labelOf, width, few = false) {
+export function chartOptions(title, keys, labelOf, width, few = false, onDraw = null) {
   return {
+    hooks: onDraw ? { draw: [onDraw] } : {},
     title,
     width,
     height: 220,
@@ -87,7 +88,16 @@ export function metricChart(container, title, series, labelOf) {
   let keys = [];
   let plot = null;
   const width = () => Math.max(320, Math.min(container.clientWidth - 8, 900));
+  let started = null;
+  let drawing = 0;
+  // how long a redraw took, from the data's arrival to the drawn canvas (bench/dashboard.py)
+  const drawn = () => {
+    if (started === null) return;
+    performance.measure(`dlaas:chart:${title}`, { start: started, detail: { points: drawing } });
+    started = null;
+  };
   const update = (next) => {
+    started = performance.now();
     const { keys: nextKeys, data } = aligned(next);
     const count = data[0].length;
     const last = nextKeys.map((key) => {
@@ -97,17 +107,18 @@ export function metricChart(container, title, series, labelOf) {
     });
     caption.textContent = `${title}, ${count} points. Latest: ${last.join("; ")}`;
     figure.dataset.points = String(count);
+    drawing = count;
     const few = count <= 20; // a handful of points (a final test score) are drawn as dots
     if (plot && nextKeys.join() === keys.join() && few === plot.dlaasFew) {
       plot.setData(data);
-      return;
+    } else {
+      keys = nextKeys;
+      if (plot) plot.destroy();
+      plot = new window.uPlot(chartOptions(title, keys, labelOf, width(), few, drawn), data, figure);
+      plot.dlaasFew = few;
+      plot.root.setAttribute("role", "img");
+      plot.root.setAttribute("aria-label", `${title} chart`);
     }
-    keys = nextKeys;
-    if (plot) plot.destroy();
-    plot = new window.uPlot(chartOptions(title, keys, labelOf, width(), few), data, figure);
-    plot.dlaasFew = few;
-    plot.root.setAttribute("role", "img");
-    plot.root.setAttribute("aria-label", `${title} chart`);
   };
   update(series);
   return { update, figure };

@@ -116,6 +116,7 @@ export async function render({ user }) {
     table.dataset.loaded = "true";
   };
   await refresh();
+  performance.mark("dlaas:interactive");
   if (status.querySelector(".alert")) return;
   const timer = setInterval(() => {
     // a row redrawn under the keyboard's focus would drop it
