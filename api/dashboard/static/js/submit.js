@@ -6,6 +6,7 @@ import { alertBox, h, page } from "./dom.js";
 // what `dlaas train` leaves out of a model folder too
 const SKIPPED_DIRS = new Set(["__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"]);
 const SKIPPED_SUFFIXES = [".pyc", ".pyo"];
+const REQUEST_FIELDS = new Set(["body", "request", "Authorization", "Content-Length", "Idempotency-Key"]);
 
 function kept(path) {
   const parts = path.split("/");
@@ -147,12 +148,16 @@ export async function render() {
   };
   const showRefusal = (error) => {
     const field = error.field || "";
-    const block = field.startsWith("manifest") ? manifest : field.startsWith("model") ? model : null;
+    // the API names a manifest's own field by its path in the manifest (learners,
+    // data_stores[0].training_data.container); the request's fields by their own names
+    const block = field.startsWith("model") ? model
+      : !field || REQUEST_FIELDS.has(field) ? null : manifest;
+    const named = field && field !== "manifest" && field !== "model" ? ` (${field})` : "";
     if (block) {
-      block.error.textContent = `${error.detail}${field && field !== "manifest" && field !== "model" ? ` (${field})` : ""}`;
+      block.error.textContent = `${error.detail}${named}`;
       block.error.hidden = false;
     } else {
-      status.replaceChildren(alertBox(error.field ? `${error.detail} (${error.field})` : error.detail));
+      status.replaceChildren(alertBox(`${error.detail}${named}`));
     }
   };
 
