@@ -1,0 +1,165 @@
+"""The dashboard's pages driven as a user drives them: submitting the digits example through
+the page and watching it train, halting and resuming, comparing, and the cluster view."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.dashboard import assert_accessible, sign_in
+from tests.browser.jobs import submit_steady
+from tests.platform import Platform
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
+TRAINING_S = 300_000  # ms: the digits example trains in about a minute on an idle machine
+STATE_S = 120_000
+
+
+def job_state(page: Page) -> str:
+    return str(page.locator(".job-head").get_attribute("data-state"))
+
+
+def chart_points(page: Page, metric: str) -> int:
+    figure = page.locator(f"figure.chart[data-metric='{metric}']")
+    if figure.count() == 0:
+        return 0
+    return int(figure.get_attribute("data-points") or 0)
+
+
+def test_submitting_the_digits_example_through_the_page_trains_it_with_live_logs_and_charts(
+    page: Page, platform: Platform
+) -> None:
+    platform.dlaas("data", "upload", "digits-data", str(EXAMPLE / "data" / "digits.npz"))
+    sign_in(page, platform.url, platform.token)
+    page.get_by_role("link", name="Submit a job").click()
+    expect(page.locator("[data-page=submit]")).to_be_visible()
+    assert_accessible(page)
+
+    page.set_input_files("#manifest", str(EXAMPLE / "manifest.yml"))
+    page.set_input_files("#model-folder", str(EXAMPLE / "model"))
+    expect(page.locator(".chosen")).to_contain_text("model folder")
+    page.get_by_role("button", name="Submit job").click()
+
+    expect(page.locator("[data-page=job]")).to_be_visible(timeout=60_000)
+    job_id = page.locator("main").get_attribute("data-job")
+    assert job_id and job_id.startswith("training-")
+    # while it trains: lines stream in and the loss chart gains points
+    expect(page.locator("pre.log .line").first).to_be_visible(timeout=TRAINING_S)
+    expect(page.locator("figure.chart[data-metric=loss]")).to_be_visible(timeout=TRAINING_S)
+    first = chart_points(page, "loss")
+    page.wait_for_function(
+        f'() => Number(document.querySelector("figure.chart[data-metric=loss]")'
+        f".dataset.points) > {first} || "
+        "document.querySelector('.job-head').dataset.state === 'COMPLETED'",
+        timeout=TRAINING_S,
+    )
+    expect(page.locator(".job-head")).to_have_attribute(
+        "data-state", "COMPLETED", timeout=TRAINING_S
+    )
+    assert chart_points(page, "loss") > first, "the loss chart gained no points while training"
+    expect(page.locator("pre.log")).to_contain_text("final accuracy", timeout=STATE_S)
+    expect(page.locator("[aria-label=results]")).to_contain_text("model.pt", timeout=STATE_S)
+    expect(page.locator("[aria-label=checkpoints]")).to_contain_text("COMMITTED")
+    expect(page.locator("svg.timeline rect.state-running")).to_have_count(1)
+    assert platform.show(job_id)["job"]["state"] == "COMPLETED"
+    assert_accessible(page)
+
+
+def test_a_broken_manifest_is_refused_with_the_error_beside_the_field(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    broken = tmp_path / "manifest.yml"
+    broken.write_text("name: broken\nlearners: 0\nframework:\n  name: python\n  command: x\n")
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/new")
+    page.set_input_files("#manifest", str(broken))
+    page.set_input_files("#model-folder", str(EXAMPLE / "model"))
+    page.get_by_role("button", name="Submit job").click()
+
+    error = page.locator("#manifest-error")
+    expect(error).to_be_visible(timeout=30_000)
+    expect(error).to_contain_text("learners")
+    expect(page.locator("#model-error")).to_be_hidden()
+    expect(page.locator("[data-page=submit]")).to_be_visible()
+    assert_accessible(page)
+
+
+def test_a_job_is_halted_resumed_and_deleted_from_its_page(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    job_id = submit_steady(platform, tmp_path, "halt-me", steps=100_000, step_s=0.2)
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/{job_id}")
+    expect(page.locator(".job-head")).to_have_attribute("data-state", "RUNNING", timeout=STATE_S)
+    expect(page.locator("pre.log")).to_contain_text("steady: learner 1, attempt 1", timeout=STATE_S)
+
+    page.get_by_role("button", name="Halt halt-me").click()
+    expect(page.locator(".job-head")).to_have_attribute("data-state", "HALTED", timeout=STATE_S)
+    page.get_by_role("button", name="Resume halt-me").click()
+    expect(page.locator(".job-head")).to_have_attribute("data-state", "RUNNING", timeout=STATE_S)
+    # the log view follows the job again where it stopped, into its second attempt
+    expect(page.locator("pre.log")).to_contain_text("attempt 2", timeout=STATE_S)
+    expect(page.locator("ol.events")).to_contain_text("halt", timeout=STATE_S)
+
+    page.get_by_role("button", name="Delete halt-me").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete halt-me?")
+    assert_accessible(page)
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.locator("[role=alert]")).to_contain_text(job_id, timeout=STATE_S)
+    page.goto(f"{platform.url}/ui/")
+    expect(page.locator("table.jobs[data-loaded]")).to_be_visible()
+    expect(page.locator(f"tr[data-job='{job_id}']")).to_have_count(0)
+
+
+def test_two_jobs_picked_on_the_jobs_page_are_compared_metric_by_metric(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    first = submit_steady(platform, tmp_path, "compare-low", steps=30, step_s=0.01, scale=1.0)
+    second = submit_steady(platform, tmp_path, "compare-high", steps=30, step_s=0.01, scale=3.0)
+    for job_id in (first, second):
+        platform.wait_for(
+            job_id, "COMPLETED", lambda s: s["job"]["state"] == "COMPLETED", STATE_S / 1000
+        )
+    sign_in(page, platform.url, platform.token)
+    compare = page.get_by_role("button", name="Compare selected")
+    expect(compare).to_be_disabled()
+    page.get_by_role("checkbox", name="Select compare-low to compare").check()
+    page.get_by_role("checkbox", name="Select compare-high to compare").check()
+    compare.click()
+
+    expect(page.locator("[data-page=compare]")).to_be_visible()
+    chart = page.locator("figure.chart[data-metric=loss]")
+    expect(chart).to_have_attribute("data-points", "30", timeout=30_000)
+    legend = chart.locator(".u-legend .u-series")
+    expect(legend).to_have_count(3)  # the x axis and one series per job
+    expect(chart.locator(".u-legend")).to_contain_text(f"compare-low ({first})")
+    expect(chart.locator(".u-legend")).to_contain_text(f"compare-high ({second})")
+    assert_accessible(page)
+
+
+def test_the_cluster_page_shows_the_node_and_each_waiting_jobs_reason(
+    page: Page, platform: Platform
+) -> None:
+    sign_in(page, platform.url, platform.token)
+    page.get_by_role("link", name="Cluster").click()
+
+    expect(page.locator("[data-page=cluster]")).to_be_visible()
+    expect(page.locator("table[aria-label=Nodes] tbody tr")).to_have_count(1)
+    expect(page.get_by_role("heading", name=re.compile(r"Queue \(\d+\+?\)"))).to_be_visible()
+    assert_accessible(page)
+
+
+@pytest.mark.parametrize("path", ["/ui/", "/ui/jobs/new", "/ui/compare", "/ui/cluster"])
+def test_every_page_is_usable_by_keyboard_with_every_control_labelled(
+    page: Page, platform: Platform, path: str
+) -> None:
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}{path}")
+    expect(page.locator("main[data-page]")).not_to_have_attribute("data-page", "")
+    page.keyboard.press("Tab")  # the skip link comes first
+    expect(page.locator(".skip")).to_be_focused()
+    assert_accessible(page)
