@@ -1,148 +1,17 @@
-"""The embedded platform, started the way a user starts it: `dlaas up --detach`.
+"""End-to-end tests: one embedded platform (`dlaas up`) per session, shared by the tests.
 
-`Platform.dlaas` runs the CLI as a user would; the polling helpers (`show`, `wait_for`) use
-the CLI's client library in-process, which asks the same API without a process per poll.
-`learners` lists what the node agent runs; `stop_service`/`start_service` crash, stop and
-start one service of the platform (its pids and addresses are re-read from `platform.json`
-each time, since a restart changes them).
+`Platform` (tests/platform.py) is the class the chaos and browser tests use as well.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from cli import embedded
-from cli.client import DlaasClient, DlaasConnectionError
-from tests.services import free_port
+from tests.platform import Platform, Shown
 
-DLAAS = str(Path(sys.executable).with_name("dlaas"))
-
-Shown = dict[str, Any]  # {"job": {...}, "events": [...]}, as `dlaas show --output json` prints
-
-
-@dataclass
-class Platform:
-    home: Path
-    env: dict[str, str]
-
-    @classmethod
-    def up(cls, home: Path) -> Platform:
-        """`dlaas up --detach` with its state in `home`, on a free port, and none of this
-        process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
-        burst test polls a hundred jobs from one token five times a second, far past what a
-        token may (the limits have tests of their own, tests/integration/test_api_limits.py)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
-        env["DLAAS_HOME"] = str(home)
-        env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-        running = cls(home=home, env=env)
-        running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
-        return running
-
-    def down(self) -> None:
-        self.dlaas("down", check=False, timeout=60)
-
-    def dlaas(
-        self, *args: str, timeout: float = 180, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [DLAAS, *args], env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"dlaas {' '.join(args)} exited {result.returncode}\n"
-                f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{self.service_logs()}"
-            )
-        return result
-
-    def follow(self, job_id: str) -> subprocess.Popen[str]:
-        """`dlaas logs JOB --follow` running in the background, its output piped."""
-        return subprocess.Popen(
-            [DLAAS, "logs", job_id, "--follow"],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def json(self, *args: str, timeout: float = 180) -> object:
-        return json.loads(self.dlaas(*args, "--output", "json", timeout=timeout).stdout)
-
-    def service_logs(self) -> str:
-        logs = []
-        for path in sorted((self.home / "logs").glob("*.log")):
-            logs.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-3000:]}")
-        return "\n".join(logs)
-
-    # -- jobs ----------------------------------------------------------------------------
-
-    def submit(self, manifest: Path, model: Path) -> str:
-        """`dlaas train MANIFEST MODEL`; the new job's id."""
-        return self.dlaas("train", str(manifest), str(model)).stdout.strip()
-
-    def client(self) -> DlaasClient:
-        config = json.loads((self.home / "client.json").read_text())
-        return DlaasClient(config["url"], config["token"])
-
-    def show(self, job_id: str) -> Shown:
-        with self.client() as client:
-            return {"job": client.get_job(job_id), "events": client.job_events(job_id)}
-
-    def wait_for(
-        self,
-        job_id: str,
-        what: str,
-        check: Callable[[Shown], bool],
-        timeout: float,
-        poll_s: float = 0.25,
-    ) -> Shown:
-        """Poll the job (and its events) until `check` holds; fail with what was seen."""
-        deadline = time.monotonic() + timeout
-        shown: Shown = {}
-        while time.monotonic() < deadline:
-            try:
-                shown = self.show(job_id)
-            except (httpx.HTTPError, OSError, DlaasConnectionError) as error:  # restarting
-                shown = {"error": repr(error)}
-            else:
-                if check(shown):
-                    return shown
-            time.sleep(poll_s)
-        raise AssertionError(
-            f"{what} did not happen in {timeout} s: {shown}\n{self.service_logs()}"
-        )
-
-    # -- the machine ---------------------------------------------------------------------
-
-    def record(self) -> embedded.Platform:
-        """The platform's record as `dlaas up` (or the last service restart) left it."""
-        record = embedded.Platform.load(self.home)
-        assert record is not None, f"no platform.json in {self.home}"
-        return record
-
-    def learners(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        """What the node agent runs (each with the runner's `pid`), optionally of one job."""
-        params = {"job": job_id} if job_id else {}
-        answer = httpx.get(f"{self.record().agent_url}/learners", params=params, timeout=10)
-        answer.raise_for_status()
-        return list(answer.json()["learners"])
-
-    def stop_service(self, name: str, *, kill: bool = False) -> None:
-        embedded.stop_service(self.home, name, kill=kill)
-
-    def start_service(self, name: str) -> int:
-        return embedded.start_service(self.home, name, environ=self.env)
+__all__ = ["Platform", "Shown", "platform"]
 
 
 @pytest.fixture(scope="session")
