@@ -1,0 +1,144 @@
+"""Browser tests: the dashboard in Debian's Chromium, driven by Playwright, against a real
+embedded platform.
+
+Fixtures:
+    chromium  (session) -> Path      /usr/bin/chromium, installed with apt-get first if it
+                                     is missing and the tests run as root (a fresh CI machine)
+    platform  (package) -> Platform  `dlaas up` in a temporary home (tests/platform.py):
+                                     `.url`, `.token` (the admin's), `.create_user(name)`
+    browser   (package) -> Browser   headless Chromium, one for all the browser tests
+    page      (test)    -> Page      a fresh context (no storage shared with other tests),
+                                     1280x800; its screenshot is saved when the test ends, to
+                                     `$DLAAS_TEST_ARTIFACTS/screenshots/<test name>.png`
+                                     (default: `.artifacts/` in the repository)
+
+Helpers to drive the pages (`sign_in`, `assert_accessible`) are in tests/browser/dashboard.py.
+
+The platform and the browser last for this package's tests, not the whole run. Playwright's
+synchronous API marks its own event loop as the running one for as long as it is open, and
+pytest-asyncio refuses to run an async test while a loop runs ("Runner.run() cannot be called
+from a running event loop"): a session-wide browser broke every async test collected after
+this folder. So browser tests are plain `def` tests, and the browser stops when they end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
+
+from tests.platform import Platform
+
+CHROMIUM = Path("/usr/bin/chromium")
+INSTALL = ("apt-get update", "apt-get install -y chromium")
+# Playwright's own Chromium download fails on these machines; Debian's build is driven
+# instead. No sandbox (tests run as root in a container), no GPU, and none of the
+# background traffic a desktop browser makes on start.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def artifacts_dir() -> Path:
+    """Where tests leave what a person looks at after a run (screenshots)."""
+    return Path(os.environ.get("DLAAS_TEST_ARTIFACTS") or REPO / ".artifacts")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, installed here if missing: the browser tests never skip."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    commands = " && ".join(INSTALL)
+    if os.geteuid() != 0:
+        pytest.fail(f"{CHROMIUM} is missing; install it as root: `{commands}`", pytrace=False)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in INSTALL:
+        # another run installing at the same time holds apt's lock: wait for it
+        argv = [*command.split(), "-o", "DPkg::Lock::Timeout=600"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            pytest.fail(f"`{command}` failed ({error}); run `{commands}` as root", pytrace=False)
+        if done.returncode != 0:
+            pytest.fail(
+                f"`{command}` exited {done.returncode}; run `{commands}` as root\n"
+                f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}",
+                pytrace=False,
+            )
+    if not CHROMIUM.exists():
+        pytest.fail(f"`{commands}` succeeded but {CHROMIUM} is still missing", pytrace=False)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="package")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    running = Platform.up(tmp_path_factory.mktemp("dlaas-home"))
+    try:
+        yield running
+    finally:
+        running.down()
+
+
+@pytest.fixture(scope="package")
+def browser(chromium: Path) -> Iterator[Browser]:
+    playwright = sync_playwright().start()
+    try:
+        launched = playwright.chromium.launch(
+            executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+    finally:
+        playwright.stop()  # unmarks its loop: async tests after this package run again
+
+
+@pytest.fixture
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT)
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    opened.on(
+        "console",
+        lambda message: (
+            problems.append(f"console {message.type}: {message.text}")
+            if message.type == "error"
+            else None
+        ),
+    )
+    try:
+        yield opened
+    finally:
+        screenshot = artifacts_dir() / "screenshots" / f"{_file_name(request.node.name)}.png"
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            opened.screenshot(path=screenshot, full_page=True)
+        except PlaywrightError as error:  # a crashed or closed page: say so, keep the result
+            print(f"no screenshot of {request.node.name}: {error}")
+        else:
+            print(f"screenshot: {screenshot}")
+        context.close()
+        # printed, so shown beside a failing test: what the page itself complained about
+        for problem in problems:
+            print(problem)
+
+
+def _file_name(test_name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", test_name).strip("_")
