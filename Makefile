@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.checkpoint_stall
 	$(BIN)/python -m bench.log_flood
 	$(BIN)/python -m bench.fuzz
+	$(BIN)/python -m bench.dashboard
 
 # The dashboard's front-end libraries (and the browser tests' axe-core) fetched again from npm
 # at the versions their vendor.json pins; refuses, writing nothing, if any file's sha256 differs.
