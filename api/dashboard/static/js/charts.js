@@ -7,6 +7,14 @@ export function colour(index) {
   return COLOURS[index % COLOURS.length];
 }
 
+// A series in step order, one value a step: a restarted job reports its steps again from
+// its checkpoint, and the later report of a step is the one that stands.
+function settled(pairs) {
+  const byX = new Map();
+  for (const [x, y] of pairs) byX.set(x, y);
+  return [...byX].sort((a, b) => a[0] - b[0]);
+}
+
 // points: [{learner, time, step, values}] -> Map(metric -> Map(seriesKey -> [[x, y]]))
 export function byMetric(points, seriesOf) {
   const metrics = new Map();
@@ -20,27 +28,34 @@ export function byMetric(points, seriesOf) {
       series.get(key).push([x, value]);
     }
   }
+  for (const series of metrics.values()) {
+    for (const [key, pairs] of series) series.set(key, settled(pairs));
+  }
   return metrics;
 }
 
-// Steps a second over a sliding window of each series' points.
-export function throughput(points, seriesOf, window = 10) {
-  const bySeries = new Map();
+// Steps a second over a sliding window of each series' points, within each run of rising
+// steps (a restart starts a new run).
+export function throughput(points, seriesOf, span = 10) {
+  const runs = new Map(); // series -> the current run of points
+  const series = new Map();
   for (const point of points) {
     if (point.step === null || point.step === undefined) continue;
     const key = seriesOf(point);
-    if (!bySeries.has(key)) bySeries.set(key, []);
-    bySeries.get(key).push(point);
-  }
-  const series = new Map();
-  for (const [key, list] of bySeries) {
-    const rates = [];
-    for (let i = window; i < list.length; i += 1) {
-      const seconds = list[i].time - list[i - window].time;
-      if (seconds > 0) rates.push([list[i].step, (list[i].step - list[i - window].step) / seconds]);
+    let run = runs.get(key);
+    if (!run || point.step <= run[run.length - 1].step) {
+      run = [];
+      runs.set(key, run);
     }
-    if (rates.length) series.set(key, rates);
+    run.push(point);
+    if (run.length <= span) continue;
+    const from = run[run.length - 1 - span];
+    const seconds = point.time - from.time;
+    if (seconds <= 0) continue;
+    if (!series.has(key)) series.set(key, []);
+    series.get(key).push([point.step, (point.step - from.step) / seconds]);
   }
+  for (const [key, pairs] of series) series.set(key, settled(pairs));
   return series;
 }
 

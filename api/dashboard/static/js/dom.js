@@ -58,7 +58,8 @@ export function seconds(ms) {
 }
 
 export function duration(totalSeconds) {
-  const s = Math.max(0, Math.round(totalSeconds));
+  if (totalSeconds < 10) return `${Math.max(0, totalSeconds).toFixed(1)}s`;
+  const s = Math.round(totalSeconds);
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
   if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
