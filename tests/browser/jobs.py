@@ -12,9 +12,17 @@ STEADY_JOB = Path(__file__).with_name("steady_job")
 
 
 def steady_manifest(
-    directory: Path, name: str, *, steps: int = 40, step_s: float = 0.1, scale: float = 1.0
+    directory: Path,
+    name: str,
+    *,
+    steps: int = 40,
+    step_s: float = 0.1,
+    scale: float = 1.0,
+    fail_at: int = 0,
 ) -> Path:
-    command = f"python train.py --steps {steps} --step-s {step_s} --scale {scale}"
+    command = (
+        f"python train.py --steps {steps} --step-s {step_s} --scale {scale} --fail-at {fail_at}"
+    )
     path = directory / f"{name}.yml"
     path.write_text(
         f"name: {name}\nlearners: 1\ncpus: 0.1\nmemory: 256Mi\n"
@@ -32,9 +40,12 @@ def submit_steady(
     steps: int = 40,
     step_s: float = 0.1,
     scale: float = 1.0,
+    fail_at: int = 0,
 ) -> str:
     """Submit the steady job through the API as the owner of `token` (the admin's if None)."""
-    manifest = steady_manifest(directory, name, steps=steps, step_s=step_s, scale=scale)
+    manifest = steady_manifest(
+        directory, name, steps=steps, step_s=step_s, scale=scale, fail_at=fail_at
+    )
     archive = zip_directory(STEADY_JOB, directory)
     try:
         with platform.client(token) as client:

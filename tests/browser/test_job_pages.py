@@ -163,3 +163,50 @@ def test_every_page_is_usable_by_keyboard_with_every_control_labelled(
     page.keyboard.press("Tab")  # the skip link comes first
     expect(page.locator(".skip")).to_be_focused()
     assert_accessible(page)
+
+
+def test_a_restart_is_drawn_on_the_timeline_with_its_cause_and_the_work_lost(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    job_id = submit_steady(platform, tmp_path, "restarts-once", steps=30, step_s=0.05, fail_at=20)
+    platform.wait_for(
+        job_id, "COMPLETED", lambda s: s["job"]["state"] == "COMPLETED", STATE_S / 1000
+    )
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/{job_id}")
+
+    restart = page.locator("ul.restarts li")
+    expect(restart).to_have_count(1, timeout=30_000)
+    expect(restart).to_contain_text("learner 1")
+    expect(restart).to_contain_text("exited with code 3")
+    expect(restart).to_contain_text("Started over (no checkpoint yet)")
+    # 20 steps of 50 ms ran before the failure, and no checkpoint kept them
+    lost = re.search(r"work lost ([0-9.]+)s", restart.inner_text())
+    assert lost and float(lost.group(1)) >= 0.9, restart.inner_text()
+    expect(page.locator("svg.timeline .mark")).to_have_count(1)
+    expect(page.locator("svg.timeline rect.state-recovering")).to_have_count(1)
+    expect(page.locator("dl.facts")).to_contain_text("Restarts1")
+
+
+def test_the_jobs_list_shows_a_new_job_without_a_reload_and_the_log_is_searched_and_saved(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    sign_in(page, platform.url, platform.token)
+    expect(page.locator("table.jobs[data-loaded]")).to_be_visible()
+    page.evaluate("window.notReloaded = true")
+    job_id = submit_steady(platform, tmp_path, "appears-live", steps=30, step_s=0.02)
+    row = page.locator(f"tr[data-job='{job_id}']")
+    expect(row).to_be_visible(timeout=30_000)
+    expect(row).to_have_attribute("data-state", "COMPLETED", timeout=STATE_S)
+    assert page.evaluate("window.notReloaded") is True
+
+    row.get_by_role("link", name="appears-live").click()
+    expect(page.locator("pre.log")).to_contain_text("steady: done", timeout=STATE_S)
+    page.fill("#log-search", "step 2")
+    # "step 2" and "step 20" .. "step 29"
+    expect(page.locator("pre.log .line")).to_have_count(11)
+    expect(page.locator("pre.log")).not_to_contain_text("steady: done")
+    with page.expect_download() as saved:
+        page.get_by_role("button", name="Download log").click()
+    text = Path(saved.value.path()).read_text()
+    assert "steady: done" in text and text.count("\nstep ") >= 29
