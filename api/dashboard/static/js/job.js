@@ -8,6 +8,7 @@ import { watchPoints } from "./metrics.js";
 import { drawTimeline, restartList, restarts, stateSpans, timeInStates } from "./timeline.js";
 
 const REFRESH_MS = 2000;
+const HISTORY_EVERY = 5;
 const STOPPED = new Set(["COMPLETED", "FAILED", "HALTED"]);
 
 function resources(manifest) {
@@ -131,6 +132,10 @@ export async function render({ args: [jobId] }) {
   };
   const stopCharts = watchPoints(job.id, drawCharts, () => !isFinal(job.state));
 
+  // The job is read every tick; its events and files (whole lists) when it changed, or
+  // every few ticks for the checkpoints a running job commits meanwhile.
+  let tick = 0;
+  let seen = "";
   async function refresh() {
     try {
       job = await get(`/v2/jobs/${job.id}`);
@@ -144,6 +149,10 @@ export async function render({ args: [jobId] }) {
       if (STOPPED.has(header.dataset.state) && !STOPPED.has(job.state)) viewer.resume();
       drawHeader();
     }
+    const version = `${job.state}|${job.attempt}|${job.restarts}|${job.updated_at}`;
+    tick += 1;
+    if (version === seen && tick % HISTORY_EVERY !== 0) return;
+    seen = version;
     await Promise.all([drawHistory(), drawFiles()]).catch((error) => showError(status, error));
   }
   drawHeader();
