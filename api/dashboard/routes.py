@@ -82,4 +82,3 @@ def install_dashboard(app: FastAPI) -> None:
     # the assets' mount goes first: the page route would otherwise answer for them too
     app.mount("/ui/static", DashboardStatic(directory=STATIC_DIR), name="dashboard-static")
     app.include_router(router)
-
