@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from cli.archive import zip_directory
 from tests.browser.dashboard import assert_accessible, sign_in
-from tests.browser.jobs import submit_steady
+from tests.browser.jobs import STEADY_JOB, steady_manifest, submit_steady
 from tests.platform import Platform
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -141,16 +142,52 @@ def test_two_jobs_picked_on_the_jobs_page_are_compared_metric_by_metric(
     assert_accessible(page)
 
 
-def test_the_cluster_page_shows_the_node_and_each_waiting_jobs_reason(
-    page: Page, platform: Platform
+def test_the_cluster_page_shows_what_a_running_job_holds_of_the_node(
+    page: Page, platform: Platform, tmp_path: Path
 ) -> None:
+    job_id = submit_steady(platform, tmp_path, "holds-a-cpu", steps=100_000, step_s=0.2)
+    platform.wait_for(job_id, "RUNNING", lambda s: s["job"]["state"] == "RUNNING", STATE_S / 1000)
     sign_in(page, platform.url, platform.token)
     page.get_by_role("link", name="Cluster").click()
 
     expect(page.locator("[data-page=cluster]")).to_be_visible()
-    expect(page.locator("table[aria-label=Nodes] tbody tr")).to_have_count(1)
+    node = page.locator("table[aria-label=Nodes] tbody tr")
+    expect(node).to_have_count(1)
+    # the steady job's one learner asks for a tenth of a CPU and 256 MiB
+    expect(node.locator("td").nth(4)).not_to_have_text("0")
+    expect(node.locator("td").nth(1)).not_to_have_text(re.compile(r"^0 /"))
     expect(page.get_by_role("heading", name=re.compile(r"Queue \(\d+\+?\)"))).to_be_visible()
     assert_accessible(page)
+    platform.dlaas("delete", job_id)
+
+
+def test_a_manifest_and_a_model_archive_dropped_on_the_page_are_submitted(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/new")
+    manifest = steady_manifest(tmp_path, "dropped", steps=3, step_s=0.01).read_text()
+    archive = zip_directory(STEADY_JOB, tmp_path).read_bytes()
+    page.evaluate(
+        """([manifest, archive]) => {
+             const drop = new DataTransfer();
+             drop.items.add(new File([manifest], "manifest.yml", {type: "text/yaml"}));
+             drop.items.add(new File([new Uint8Array(archive)], "model.zip",
+                                     {type: "application/zip"}));
+             document.querySelector(".drop").dispatchEvent(
+               new DragEvent("drop", {dataTransfer: drop, bubbles: true, cancelable: true}));
+           }""",
+        [manifest, list(archive)],
+    )
+    expect(page.locator(".chosen")).to_have_text(
+        "Chosen: manifest manifest.yml, model archive model.zip"
+    )
+    page.get_by_role("button", name="Submit job").click()
+
+    expect(page.locator("[data-page=job]")).to_be_visible(timeout=60_000)
+    expect(page.locator("h1")).to_have_text("dropped")
+    expect(page.locator(".job-head")).to_have_attribute("data-state", "COMPLETED", timeout=STATE_S)
+    expect(page.locator("pre.log")).to_contain_text("steady: done")
 
 
 @pytest.mark.parametrize("path", ["/ui/", "/ui/jobs/new", "/ui/compare", "/ui/cluster"])

@@ -51,6 +51,19 @@ def test_a_wrong_token_typed_into_the_form_is_refused_with_an_error_shown(
 
     alert = page.locator("[role=alert]")
     expect(alert).to_be_visible()
-    expect(alert).to_have_text(re.compile(r"\w"))
+    expect(alert).to_have_text(re.compile("does not know this token"))
     expect(page.locator(SIGNIN_FORM)).to_be_visible()
+    # signed out, the page offers nothing but the form
+    expect(page.locator("#nav")).to_be_hidden()
+    expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
     expect(page.locator("[data-page=jobs]")).to_have_count(0)
+
+
+def test_signing_out_forgets_the_token(page: Page, platform: Platform) -> None:
+    sign_in(page, platform.url, platform.token)
+    page.get_by_role("button", name="Sign out").click()
+
+    expect(page.locator(SIGNIN_FORM)).to_be_visible()
+    assert page.evaluate("() => localStorage.length") == 0
+    page.goto(f"{platform.url}/ui/cluster")
+    expect(page.locator(SIGNIN_FORM)).to_be_visible()

@@ -76,10 +76,6 @@ async function start() {
   takeTokenFromLink();
   // the link opened in a tab already showing the dashboard changes only the fragment
   window.addEventListener("hashchange", () => { if (takeTokenFromLink()) location.reload(); });
-  window.addEventListener("dlaas:unauthorized", () => {
-    forgetToken();
-    signInForm("Your token is no longer accepted: sign in again.");
-  });
   if (!token()) return signInForm();
   let user;
   try {
@@ -92,6 +88,11 @@ async function start() {
     forgetToken();
     return signInForm("dlaas does not know this token: sign in again.");
   }
+  // a token revoked while a page is open
+  window.addEventListener("dlaas:unauthorized", () => {
+    forgetToken();
+    signInForm("Your token is no longer accepted: sign in again.");
+  });
   for (const [pattern, section, load] of PAGES) {
     const match = location.pathname.match(pattern);
     if (!match) continue;
