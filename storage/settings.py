@@ -55,6 +55,15 @@ class Settings(BaseSettings):
 
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
+    # The bearer token the node agent requires of every request, given as itself or as a
+    # file holding it (`dlaas up` writes one, 0600); the agent and its clients read it.
+    agent_token: str | None = None
+    agent_token_file: Path | None = None
+    # The node agent's listening address (loopback unless told otherwise), and the names,
+    # comma-separated, it answers to in the Host header besides 127.0.0.1, localhost and
+    # that address (compose: the service name its clients use, "agent").
+    agent_bind: str = "127.0.0.1"
+    agent_allowed_hosts: str = ""
 
     # The `kubernetes` backend. API server: `kube_api_url` if set, else the in-cluster
     # service account, else the kubeconfig (`KUBECONFIG`, `kube_context`).
