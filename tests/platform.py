@@ -67,8 +67,14 @@ class Platform:
     def dlaas(
         self, *args: str, timeout: float = 180, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        # Under the usual umask, with which a file written without a mode would be 0644.
         result = subprocess.run(
-            [DLAAS, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+            [DLAAS, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            umask=0o022,
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -173,7 +179,13 @@ class Platform:
     def learners(self, job_id: str | None = None) -> list[dict[str, Any]]:
         """What the node agent runs (each with the runner's `pid`), optionally of one job."""
         params = {"job": job_id} if job_id else {}
-        answer = httpx.get(f"{self.record().agent_url}/learners", params=params, timeout=10)
+        record = self.record()
+        answer = httpx.get(
+            f"{record.agent_url}/learners",
+            params=params,
+            headers=record.agent_headers(),
+            timeout=10,
+        )
         answer.raise_for_status()
         return list(answer.json()["learners"])
 
