@@ -77,6 +77,12 @@ class Settings(BaseSettings):
     kube_tolerations: list[dict[str, Any]] = Field(default_factory=list)  # JSON in the env
     kube_gang_admission: bool = True  # create a gang only when the nodes can hold all of it
     kube_stop_grace_s: int = 30
+    # Each job's NetworkPolicy: its learner pods reach their gang peers, DNS, and the
+    # platform's redis, s3 and api pods in `kube_platform_namespace` (default: the learners'
+    # namespace), plus these address blocks (an external S3 endpoint); nothing else.
+    kube_platform_namespace: str | None = None
+    kube_learner_egress_cidrs: list[str] = Field(default_factory=list)  # JSON in the env
+    kube_learner_ephemeral_storage: str = "50Gi"  # per learner container, its scratch included
     kube_request_timeout_s: float = 10.0
     kube_image_pull_timeout_s: float = 300.0  # a learner whose image cannot be pulled fails
 

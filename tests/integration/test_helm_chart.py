@@ -234,3 +234,48 @@ def test_the_config_map_is_settings_dlaas_reads(
     assert settings.kube_learner_gpu_image == "dlaas-learner:0.1.0-cuda"
     assert settings.s3_endpoint_url == f"http://{RELEASE}-s3.{NAMESPACE}.svc:8333"
     assert settings.max_archive_bytes == 536870912
+    # learner pods may reach this release's redis, s3 and api pods
+    assert settings.kube_platform_namespace == NAMESPACE
+    assert settings.kube_learner_egress_cidrs == []
+    assert settings.kube_learner_ephemeral_storage == "50Gi"
+
+
+def test_only_the_lifecycle_manager_may_act_in_the_cluster(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["full"])
+    lifecycle, api = f"{RELEASE}-lifecycle-manager", f"{RELEASE}-api"
+    assert ("ServiceAccount", lifecycle) in objects
+    assert objects[("ServiceAccount", api)]["automountServiceAccountToken"] is False
+    for component in ("worker", "beat", "monitor", "pod-watcher"):
+        pod = objects[("Deployment", f"{RELEASE}-{component}")]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == lifecycle
+    pod = objects[("Deployment", api)]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == api and pod["automountServiceAccountToken"] is False
+    bound = [
+        subject["name"]
+        for obj in objects.values()
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for subject in obj["subjects"]
+    ]
+    assert bound and set(bound) == {lifecycle}
+
+
+def test_the_bundled_stores_take_connections_only_from_dlaas_pods(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["default"])
+    control_plane = {"api", "worker", "beat", "monitor", "pod-watcher"}
+    for component, learners_too in (("postgresql", False), ("redis", True), ("s3", True)):
+        policy = objects[("NetworkPolicy", f"{RELEASE}-{component}")]["spec"]
+        assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        assert policy["policyTypes"] == ["Ingress"]
+        [rule] = policy["ingress"]
+        sources = rule["from"]
+        [expression] = sources[0]["podSelector"]["matchExpressions"]
+        assert set(expression["values"]) == control_plane
+        assert (len(sources) == 2) is learners_too
+        if learners_too:
+            assert sources[1]["podSelector"]["matchLabels"]["dlaas.io/role"] == "learner"
+    external = by_kind(rendered["external"])
+    assert not [name for kind, name in external if kind == "NetworkPolicy"]

@@ -32,12 +32,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) -}}
 {{- end -}}
 
-{{- define "dlaas.serviceAccountName" -}}
+{{/* The lifecycle manager's service account: the only one bound to a Role (learner pods). */}}
+{{- define "dlaas.lifecycleServiceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- default (include "dlaas.fullname" .) .Values.serviceAccount.name -}}
+{{- default (printf "%s-lifecycle-manager" (include "dlaas.fullname" .)) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The API's service account: no rights in the cluster, and no token mounted. */}}
+{{- define "dlaas.apiServiceAccountName" -}}
+{{- printf "%s-api" (include "dlaas.fullname" .) -}}
 {{- end -}}
 
 {{- define "dlaas.secretName" -}}
@@ -62,9 +68,13 @@ env:
         fieldPath: metadata.name
 {{- end -}}
 
-{{/* The pod-level parts every control-plane pod shares. */}}
+{{/* The pod-level parts every control-plane pod shares: (dict "ctx" $ "serviceAccount" NAME
+"token" BOOL), the token mounted only where the pod talks to the Kubernetes API. */}}
 {{- define "dlaas.podSpec" -}}
-serviceAccountName: {{ include "dlaas.serviceAccountName" . }}
+{{- $ctx := .ctx -}}
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: {{ .token }}
+{{- with $ctx }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.images.pullSecrets }}
@@ -86,6 +96,7 @@ affinity:
 volumes:
   - name: tmp
     emptyDir: {}
+{{- end }}
 {{- end -}}
 
 {{- define "dlaas.volumeMounts" -}}
