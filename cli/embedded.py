@@ -397,9 +397,12 @@ def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
     agent_url = platform.agent_url
     try:
         headers = platform.agent_headers()
+    except PlatformError:
+        headers = {}  # an agent started by a dlaas from before agents required a token
+    try:
         listed = httpx.get(f"{agent_url}/learners", headers=headers, timeout=5.0).json()
         learners = listed["learners"]
-    except (PlatformError, httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return []
     jobs = sorted({str(r["job"]) for r in learners if r.get("phase") in ("Pending", "Running")})
     for job in jobs:

@@ -6,13 +6,15 @@ import secrets
 import socket
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from cli import embedded
-from cli.config import private_dir
+from cli.config import private_dir, write_private
 from tests.services import free_port
 
 
@@ -133,3 +135,30 @@ def _ask(port: int, *commands: bytes) -> bytes:
                 break
             answer += chunk
         return answer
+
+
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "agent-from-before-tokens"])
+def test_dlaas_down_stops_the_learners_through_the_agent_with_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_token: bool
+) -> None:
+    record = _record(tmp_path)
+    if with_token:
+        write_private(record.agent_token_path, "a-token\n")
+    sent: list[tuple[str, str, dict[str, str]]] = []
+    listed = {"learners": [{"job": "j1", "phase": "Running"}, {"job": "j2", "phase": "Failed"}]}
+
+    def answer(method: str) -> Callable[..., httpx.Response]:
+        def call(url: str, *, headers: dict[str, str], **_: object) -> httpx.Response:
+            sent.append((method, url, headers))
+            return httpx.Response(200, json=listed if method == "GET" else {"gone": True})
+
+        return call
+
+    monkeypatch.setattr(httpx, "get", answer("GET"))
+    monkeypatch.setattr(httpx, "delete", answer("DELETE"))
+    assert embedded.stop_learners(record, wait_s=1) == ["j1"]
+    expected = {"Authorization": "Bearer a-token"} if with_token else {}
+    assert sent == [
+        ("GET", f"{record.agent_url}/learners", expected),
+        ("DELETE", f"{record.agent_url}/jobs/j1", expected),
+    ]
