@@ -31,9 +31,15 @@ HTTP (JSON):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import hashlib
 import hmac
 import logging
+import os
+import stat
+import sys
+import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -256,6 +262,53 @@ def _retry_reports(table: LearnerTable, stop: threading.Event) -> None:
         table.report_pending()
 
 
+def untraversable(path: Path) -> Path | None:
+    """The nearest existing directory on the way to `path` that other users cannot enter."""
+    for directory in reversed([path, *path.parents]):
+        if not directory.exists():
+            break
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
+def usable_by_others(path: Path) -> bool:
+    """Whether users other than its owner can run `path`: it and every directory above it
+    let them in."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def isolation(mode: str) -> tuple[bool, str]:
+    """Whether learners' programs get uids of their own, and why (for the agent's log)."""
+    if mode == "off":
+        return False, "run as the agent's own user (DLAAS_AGENT_ISOLATION=off)"
+    if os.geteuid() != 0:
+        return False, "run as the agent's own user: uids of their own need the agent to be root"
+    interpreter = Path(sys.executable).resolve()
+    if mode == "auto" and not usable_by_others(interpreter):
+        return False, (
+            f"run as root: other users cannot run {interpreter}, so programs cannot have uids "
+            "of their own here (install Python where they can, as the learner image does)"
+        )
+    return True, "run as uids of their own"
+
+
+def traversable_work_root(root: Path) -> Path:
+    """Where learners' working directories go when `root` (a 0700 DLAAS_HOME, say) is closed
+    to their programs' uids: a root-owned directory in the system's temporary directory that
+    they can traverse but not list. One of that name someone else made is refused."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    work_root = Path(tempfile.gettempdir()) / f"dlaas-learners-{digest}"
+    with contextlib.suppress(FileExistsError):
+        work_root.mkdir(mode=0o711)
+    info = work_root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+        raise SystemExit(f"{work_root} exists and is not root's own directory: remove it")
+    work_root.chmod(0o711)
+    log.info("learners' working directories go to %s (%s is closed to them)", work_root, root)
+    return work_root
+
+
 def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.node_agent")
@@ -266,6 +319,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, required=True, help="learner working directories")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to KILL")
     parser.add_argument("--keep-workdirs", action="store_true", help="keep deleted learners' dirs")
+    parser.add_argument(
+        "--work-root",
+        type=Path,
+        default=settings.agent_work_dir,
+        help="where learners' working directories go (DLAAS_AGENT_WORK_DIR; default: --root)",
+    )
     args = parser.parse_args(argv)
     try:
         token = agent_token(settings)
@@ -283,11 +342,32 @@ def main(argv: list[str] | None = None) -> None:
         )
     hosts = allowed_hosts(args.host, args.port, settings.agent_allowed_hosts.split(","))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    root = args.root.resolve()
+    work_root = (args.work_root or root).resolve()
+    program_uids = None
+    isolating, why = isolation(settings.agent_isolation)
+    if settings.agent_isolation == "on" and not isolating:
+        parser.error(f"DLAAS_AGENT_ISOLATION=on, but {why}")
+    log.info("learners' programs %s", why)
+    if isolating:
+        base = settings.agent_program_uid_base
+        program_uids = range(base, base + settings.agent_program_uids)
+        closed = untraversable(work_root)
+        if closed is not None and args.work_root is not None:
+            parser.error(
+                f"learners' programs run as uids of their own and could not reach "
+                f"{work_root}: {closed} is not traversable by others; give a --work-root "
+                "(DLAAS_AGENT_WORK_DIR) outside it"
+            )
+        if closed is not None:
+            work_root = traversable_work_root(root)
     table = LearnerTable(
-        args.root.resolve(),
+        root,
         ExitReporter(settings.redis_url),
         grace=args.grace,
         keep_workdirs=args.keep_workdirs,
+        program_uids=program_uids,
+        work_root=work_root,
     )
     table.load()
     stop = threading.Event()

@@ -64,6 +64,17 @@ class Settings(BaseSettings):
     # that address (compose: the service name its clients use, "agent").
     agent_bind: str = "127.0.0.1"
     agent_allowed_hosts: str = ""
+    # A node agent running as root runs each learner's program as a uid of its own, from
+    # this base on, so a program reads nothing of the runner's, the agent's or another
+    # learner's; `agent_work_dir` is where learners' working directories go (it must be
+    # traversable by those uids: not under a 0700 DLAAS_HOME).
+    # on: programs get uids of their own (the agent must run as root); off: they run as the
+    # agent's user; auto: on when the agent is root and its Python is usable by other users
+    # (an interpreter under a 0700 home is not: jobs then run as root, as the agent says).
+    agent_isolation: Literal["auto", "on", "off"] = "auto"
+    agent_program_uid_base: int = Field(default=900_000, ge=1000)
+    agent_program_uids: int = Field(default=10_000, ge=1)
+    agent_work_dir: Path | None = None
 
     # The `kubernetes` backend. API server: `kube_api_url` if set, else the in-cluster
     # service account, else the kubeconfig (`KUBECONFIG`, `kube_context`).

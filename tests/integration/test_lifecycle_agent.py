@@ -187,11 +187,11 @@ def test_the_learner_gets_its_directories_and_environment(agent: Agent) -> None:
         envs[learner] = json.loads((workdir / "env.json").read_text())
         env = envs[learner]
         for name, sub in {
-            "MODEL_DIR": "model",
-            "DATA_DIR": "data",
-            "RESULT_DIR": "result",
-            "LOG_DIR": "logs",
-            "CHECKPOINT_DIR": "checkpoints",
+            "MODEL_DIR": "program/model",
+            "DATA_DIR": "program/data",
+            "RESULT_DIR": "program/result",
+            "LOG_DIR": "program/logs",
+            "CHECKPOINT_DIR": "program/checkpoints",
         }.items():
             assert env[name] == str(workdir / sub)
             assert Path(env[name]).is_dir()
