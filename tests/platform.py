@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ class Platform:
     env: dict[str, str]
 
     @classmethod
-    def up(cls, home: Path) -> Platform:
+    def up(cls, home: Path, settings: Mapping[str, str] | None = None) -> Platform:
         """`dlaas up --detach` with its state in `home`, on a free port, and none of this
         process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
         burst test polls a hundred jobs from one token five times a second, far past what a
@@ -57,6 +57,7 @@ class Platform:
         env["DLAAS_HOME"] = str(home)
         env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env.update(settings or {})
         running = cls(home=home, env=env)
         running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
         return running
