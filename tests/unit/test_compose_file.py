@@ -109,6 +109,7 @@ def test_the_agent_gets_no_database_or_storage_credentials_and_no_published_port
         "DLAAS_AGENT_TOKEN",
         "DLAAS_AGENT_BIND",
         "DLAAS_AGENT_ALLOWED_HOSTS",
+        "DLAAS_AGENT_ISOLATION",
     }
     assert "ports" not in agent
     assert "--host" not in agent["command"]
@@ -187,3 +188,9 @@ def test_beat_and_monitor_are_checked_on_their_heartbeat(name: str, tmp_path: Pa
     if name == "beat":
         assert_beat_refreshes_its_heartbeat(service["command"])
     assert_probe_tells_a_stale_heartbeat(check[1:], tmp_path)
+
+
+def test_the_agent_runs_each_learners_program_as_a_uid_of_its_own() -> None:
+    agent = raw()["services"]["agent"]
+    assert agent["user"] == "0"
+    assert agent["environment"]["DLAAS_AGENT_ISOLATION"] == "on"
