@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from cli.config import private_dir, write_private
+from storage import streams
 
 API_PORT = 8470
 AGENT_PORT = 8471
@@ -174,6 +175,25 @@ def _redis_ok(url: str) -> bool:
         return False
     finally:
         client.close()
+
+
+def job_isolation(platform: Platform) -> str:
+    """How the node agent runs jobs, as it reported it: as uids of their own, or all as one
+    OS user (and why)."""
+    client = redis.Redis.from_url(platform.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        reports = streams.node_isolation(client)
+    except redis.RedisError:
+        reports = {}
+    finally:
+        client.close()
+    if not reports:
+        return "not reported yet by the node agent (see its log)"
+    report = next(iter(reports.values()))
+    why = str(report.get("why", ""))
+    if report.get("isolated"):
+        return why
+    return f"{why}; they can read each other's files and {platform.home} (see README)"
 
 
 def read_token(home: Path) -> str:

@@ -37,11 +37,12 @@ import hashlib
 import hmac
 import logging
 import os
+import socket
 import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,6 +50,7 @@ import uvicorn
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lifecycle_manager.agent_learners import LearnerRecord, LearnerTable
@@ -162,6 +164,12 @@ class ExitReporter:
     def __init__(self, redis_url: str) -> None:
         self._redis = streams.client(redis_url, socket_timeout=2, socket_connect_timeout=2)
 
+    def announce_isolation(self, node: str, isolated: bool, why: str) -> None:
+        try:
+            streams.record_node_isolation(self._redis, node, isolated, why)
+        except RedisError as error:
+            log.debug("could not record this node's isolation yet: %s", error)
+
     def __call__(self, record: LearnerRecord) -> bool:
         event = streams.exit_event(
             record.job,
@@ -257,9 +265,12 @@ def _delete(
     return {"deleted": deleted, "gone": gone}
 
 
-def _retry_reports(table: LearnerTable, stop: threading.Event) -> None:
+def _retry_reports(
+    table: LearnerTable, stop: threading.Event, announce: Callable[[], None]
+) -> None:
     while not stop.wait(REPORT_RETRY_S):
         table.report_pending()
+        announce()
 
 
 def untraversable(path: Path) -> Path | None:
@@ -361,9 +372,10 @@ def main(argv: list[str] | None = None) -> None:
             )
         if closed is not None:
             work_root = traversable_work_root(root)
+    reporter = ExitReporter(settings.redis_url)
     table = LearnerTable(
         root,
-        ExitReporter(settings.redis_url),
+        reporter,
         grace=args.grace,
         keep_workdirs=args.keep_workdirs,
         program_uids=program_uids,
@@ -371,7 +383,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     table.load()
     stop = threading.Event()
-    threading.Thread(target=_retry_reports, args=(table, stop), daemon=True).start()
+    node = socket.gethostname()
+
+    def announce() -> None:
+        # Kept up to date in Redis (which may restart without its data): the API warns those
+        # it makes users for when a node runs every job as one OS user.
+        reporter.announce_isolation(node, isolating, f"learners' programs {why}")
+
+    announce()
+    threading.Thread(target=_retry_reports, args=(table, stop, announce), daemon=True).start()
     try:
         app = create_app(table, token=token, hosts=hosts)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.browser.jobs import STEADY_JOB
@@ -75,6 +76,13 @@ def test_every_escape_a_job_tries_fails_and_its_own_job_still_works(
     isolating: Platform, tmp_path: Path
 ) -> None:
     platform = isolating
+    created = httpx.post(
+        f"{platform.url}/v2/users",
+        json={"name": "isolated-newcomer"},
+        headers={"Authorization": f"Bearer {platform.token}"},
+        timeout=30,
+    )
+    assert created.status_code == 201 and created.json()["warning"] is None
     victim_owner = platform.create_user("victim-of-attacker")
     steady = f"{PYTHON} train.py --steps 100000 --step-s 0.2"
     victim = _submit(
