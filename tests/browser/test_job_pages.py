@@ -166,6 +166,7 @@ def test_a_manifest_and_a_model_archive_dropped_on_the_page_are_submitted(
 ) -> None:
     sign_in(page, platform.url, platform.token)
     page.goto(f"{platform.url}/ui/jobs/new")
+    expect(page.locator("[data-page=submit] .drop")).to_be_visible()
     manifest = steady_manifest(tmp_path, "dropped", steps=3, step_s=0.01).read_text()
     archive = zip_directory(STEADY_JOB, tmp_path).read_bytes()
     page.evaluate(
