@@ -149,7 +149,9 @@ async def test_deploy_creates_every_learner_with_its_environment(
         assert env["DLAAS_CHECKPOINT_KEEP"] == "4"
         assert env["DLAAS_REDIS_URL"] == ctx.settings.redis_url
         assert env["LR"] == "0.5"
-        assert env["CHECKPOINT_DIR"].endswith(f"/jobs/{job_id}/learner-{learner}/a1/checkpoints")
+        assert env["CHECKPOINT_DIR"].endswith(
+            f"/jobs/{job_id}/learner-{learner}/a1/program/checkpoints"
+        )
     assert records[0]["env"]["MASTER_PORT"] == records[1]["env"]["MASTER_PORT"]
     assert (await event_kinds(ctx, job_id)).count("learners_created") == 1
 

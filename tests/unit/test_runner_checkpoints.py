@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -49,11 +50,14 @@ class RecordingStore(LocalObjectStore):
         self.puts: list[str] = []
         self.after_put: list[Callable[[], None]] = []
 
-    def put_file(self, key: str, path: Path, progress: ProgressCallback | None = None) -> None:
-        super().put_file(key, path, progress)
+    def put_stream(
+        self, key: str, stream: BinaryIO, progress: ProgressCallback | None = None
+    ) -> int:
+        size = super().put_stream(key, stream, progress)
         self.puts.append(key)
         for hook in self.after_put:
             hook()
+        return size
 
 
 def keys(store: LocalObjectStore) -> list[str]:
