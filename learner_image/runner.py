@@ -154,7 +154,7 @@ class Runner:
         # client is a large part of start-up, and the command does not need it to start.
         try:
             try:
-                self.store = _open_store(settings)
+                self.store = _open_store(settings, self.environ)
                 restored = self._prepare(settings)
             except RunnerFailure as exc:
                 self._join_reporter(settings)
@@ -545,11 +545,11 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _open_store(settings: Settings) -> ObjectStore:
-    from storage.object_store import open_object_store
+def _open_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
+    from storage.object_store import open_learner_object_store
 
     try:
-        return open_object_store(settings)
+        return open_learner_object_store(settings, environ)
     except Exception as exc:
         raise RunnerFailure(f"could not open the object store: {exc}") from exc
 

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from storage import output_keys
 
-SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_DATABASE_URL")
+# Credentials the runner holds and the user's command never gets: the job's token for the
+# object gateway (and the store's own keys, when a runner is started by hand with them).
+SECRET_ENV = (
+    "DLAAS_JOB_TOKEN",
+    "DLAAS_S3_ACCESS_KEY",
+    "DLAAS_S3_SECRET_KEY",
+    "DLAAS_DATABASE_URL",
+)
 DIR_ENV = {
     "MODEL_DIR": "model",
     "DATA_DIR": "data",

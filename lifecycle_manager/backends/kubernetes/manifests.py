@@ -50,7 +50,13 @@ DIRS = {
     "CHECKPOINT_DIR": f"{WORK_DIR}/checkpoints",
 }
 # Settings a learner needs that are secrets: they reach the pod through the job's Secret.
-SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_REDIS_URL", "DLAAS_DATABASE_URL")
+SECRET_ENV = (
+    "DLAAS_JOB_TOKEN",
+    "DLAAS_S3_ACCESS_KEY",
+    "DLAAS_S3_SECRET_KEY",
+    "DLAAS_REDIS_URL",
+    "DLAAS_DATABASE_URL",
+)
 
 # The parameter-server sidecar (console script `dlaas-ps` of the learner image, flags of
 # `learner_image.ps.server_config`): one per learner pod, its region in the pod's /dev/shm,
