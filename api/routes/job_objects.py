@@ -107,6 +107,7 @@ Prefix = Annotated[
     Query(
         min_length=1,
         max_length=1024,
+        pattern=r"^[^\x00]*$",  # no key holds a NUL character
         description="keys starting with this: within `jobs/{id}/` of the token's job, or "
         "(to list) a data container its manifest names",
     ),
