@@ -73,7 +73,10 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     assert service["metadata"]["ownerReferences"] == [owner]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {"dlaas.io/job": job_id, "dlaas.io/role": "learner"}
-    assert secret["stringData"]["DLAAS_S3_SECRET_KEY"] == "very-secret-key"
+    # The job's Secret holds the token minted for the job, never the platform's store keys.
+    assert secret["stringData"]["DLAAS_JOB_TOKEN"].startswith("dlaasjob_")
+    assert "DLAAS_S3_SECRET_KEY" not in secret["stringData"]
+    assert "very-secret-key" not in json.dumps(secret)
 
     pod = pods[1]
     labels = pod["metadata"]["labels"]
@@ -97,9 +100,10 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     env = {item["name"]: item for item in learner["env"]}
     assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"
     assert env["RANK"]["value"] == "1"
-    assert env["DLAAS_S3_SECRET_KEY"]["valueFrom"] == {
-        "secretKeyRef": {"name": root, "key": "DLAAS_S3_SECRET_KEY"}
+    assert env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": root, "key": "DLAAS_JOB_TOKEN"}
     }
+    assert "DLAAS_S3_SECRET_KEY" not in env and "DLAAS_S3_ACCESS_KEY" not in env
     assert "very-secret-key" not in json.dumps(pod)
     [ps] = spec["initContainers"]
     assert ps["restartPolicy"] == "Always"
