@@ -20,6 +20,7 @@ from lifecycle_manager.learner_specs import learner_specs
 from lifecycle_manager.reconcile import reconcile
 from storage import jobs as repo
 from storage.job_states import JobState
+from tests import services
 from tests.integration import kube_harness
 from tests.integration.kube_harness import (
     core_api,
@@ -322,10 +323,16 @@ async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
         restart_policy={"max_restarts": 2, "backoff_s": 0.1},
     )
     kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
-    with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
-        async with pod_watcher(kube_ctx):
-            await operations.deploy_job(kube_ctx, job_id)
-            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED), timeout=40)
+    # The runners reach the job's objects through the API's gateway, as in a cluster.
+    api = services.start_gateway_api(kube_ctx.settings, tmp_path / "api")
+    try:
+        with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
+            async with pod_watcher(kube_ctx):
+                await operations.deploy_job(kube_ctx, job_id)
+                completed = state_is(kube_ctx, job_id, JobState.COMPLETED)
+                await follow(kube_ctx, completed, timeout=40)
+    finally:
+        api.stop()
     job = await load(kube_ctx, job_id)
     assert (job.attempt, job.restarts) == (2, 1)
     log = kube_ctx.objects.get_bytes(f"jobs/{job_id}/logs/learner-1.log").decode()

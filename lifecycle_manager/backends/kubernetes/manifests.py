@@ -1,8 +1,10 @@
 """The Kubernetes objects of a job, as plain dicts: its Secret, its Service and a pod per learner.
 
-Pure. The job's Secret `dlaas-<job>` is its root object: it holds the data-store
-credentials the learners read (never written into a pod spec), and owns the Service and
-the pods, so deleting it lets the garbage collector delete the rest.
+Pure. The job's Secret `dlaas-<job>` is its root object: it holds the credentials the
+learners read (never written into a pod spec: the token minted for the job, with which they
+reach its objects through the API's gateway, and the Redis URL), and owns the Service and
+the pods, so deleting it lets the garbage collector delete the rest. Each deploy patches in
+the newest token; pods of earlier attempts keep theirs, valid until the job stops.
 
 ```
  Secret dlaas-<job>  (root: credentials)
