@@ -141,3 +141,6 @@ class UserCreated(BaseModel):
     name: str
     token: str
     admin: bool
+    # Set when a node runs every job as one OS user: the new user's jobs and everyone
+    # else's can read each other's files there.
+    warning: str | None = None

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
-import io
 import json
 import math
 import os
@@ -48,7 +47,6 @@ import shutil
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -65,6 +63,7 @@ from api.dashboard.routes import STATIC_DIR
 from api.manifest import parse_manifest
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, percentile, rounded
+from bench.latency import model_zip
 from cli import embedded
 from cli.sse import parse_sse
 from storage import jobs as repo
@@ -75,6 +74,7 @@ from storage.models import Job, JobEvent
 from storage.object_store import open_object_store
 from storage.settings import Settings
 from storage.users import user_by_token
+from tests.browser.dashboard import CHROMIUM, CHROMIUM_ARGS
 
 TARGETS = {
     "jobs_page_interactive_s": 1.0,
@@ -82,16 +82,6 @@ TARGETS = {
     "chart_100k_draw_s": 0.5,
     "assets_kb_gz": 200.0,
 }
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 FINISHED = frozenset({"COMPLETED", "FAILED", "HALTED"})
 CHART_METRIC = "loss"
 READY = "bench-ready"
@@ -594,13 +584,6 @@ def trigger_manifest(folder: Path) -> bytes:
     ).encode()
 
 
-def model_zip() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("README.txt", "the command is inline in the manifest\n")
-    return buffer.getvalue()
-
-
 @dataclass
 class SseReader:
     """Follows a job's log as a plain client does, stamping each marker's arrival."""
@@ -849,7 +832,7 @@ def main() -> None:
             sync_playwright() as playwright,
         ):
             browser = playwright.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
             )
             try:
                 figures["chromium"] = browser.version

@@ -286,6 +286,7 @@ class LearnerSampler:
     runner's own CPU, and where each program's time went."""
 
     agent_url: str
+    agent_headers: dict[str, str]
     job_id: str
     learners: int
     interval_s: float = 0.05
@@ -309,7 +310,10 @@ class LearnerSampler:
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                 listed = httpx.get(
-                    f"{self.agent_url}/learners", params={"job": self.job_id}, timeout=5
+                    f"{self.agent_url}/learners",
+                    params={"job": self.job_id},
+                    headers=self.agent_headers,
+                    timeout=5,
                 ).json()["learners"]
                 pids = [int(r["pid"]) for r in listed if r.get("pid")]
                 # A runner just forked still has the node agent's command line until it execs.
@@ -414,7 +418,9 @@ def flood_job(
         began = time.monotonic()
         job_id = submit(client, phase)
         print(f"{phase.name}: job {job_id}, {learners} learners x {lines:,} lines", flush=True)
-        sampler = LearnerSampler(platform.agent_url, job_id, learners).start()
+        sampler = LearnerSampler(
+            platform.agent_url, platform.agent_headers(), job_id, learners
+        ).start()
         normal = SseFollower(platform.url, token, job_id, learners, lines, nice=LEARNER_NICENESS)
         slow = SseFollower(
             platform.url,

@@ -141,6 +141,7 @@ class Kill:
 class Bench:
     client: DlaasClient
     agent_url: str
+    agent_headers: dict[str, str]
     job_id: str
     follower: LogFollower
     overlaps: int = 0
@@ -150,7 +151,12 @@ class Bench:
         return self.client.get_job(self.job_id)
 
     def running_learners(self) -> list[dict[str, Any]]:
-        answer = httpx.get(f"{self.agent_url}/learners", params={"job": self.job_id}, timeout=10)
+        answer = httpx.get(
+            f"{self.agent_url}/learners",
+            params={"job": self.job_id},
+            headers=self.agent_headers,
+            timeout=10,
+        )
         learners = [r for r in answer.json()["learners"] if r["phase"] == "Running"]
         self.samples += 1
         if len({r["attempt"] for r in learners}) > 1:
@@ -293,7 +299,7 @@ def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
         print(f"job {job_id}: {args.kills} kills planned", flush=True)
         follower = LogFollower(client, job_id)
         follower.start()
-        bench = Bench(client, platform.agent_url, job_id, follower)
+        bench = Bench(client, platform.agent_url, platform.agent_headers(), job_id, follower)
         chance = random.Random(args.seed)
         kills: list[Kill] = []
         for index in range(args.kills):

@@ -4,12 +4,17 @@ Each field is resolved on its own, first match wins:
 `--url`/`--token` options, then `DLAAS_URL`/`DLAAS_TOKEN`, then `$DLAAS_HOME/client.json`
 (`DLAAS_HOME` defaults to `~/.dlaas`; `dlaas up` writes that file), then the embedded
 default URL `http://127.0.0.1:8470` (no token).
+
+`DLAAS_HOME` is the owner's alone (0700), and every file in it that holds a token or a
+password is written by `write_private`: created 0600, so no other user can read it at any
+moment of its life.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +38,29 @@ def dlaas_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     home = env.get("DLAAS_HOME")
     return Path(home).expanduser() if home else Path.home() / ".dlaas"
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory, created (with missing parents) for its owner alone: 0700."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with `text`, in a file created 0600 (a temporary file in
+    the same directory, opened with that mode and renamed over `path`): its contents are
+    never readable by anyone but the owner, not even while it is written."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def client_file(env: Mapping[str, str] | None = None) -> Path:

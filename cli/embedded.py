@@ -4,6 +4,12 @@ Every service is a child process in its own session, with its log under
 `$DLAAS_HOME/logs/`; `$DLAAS_HOME/platform.json` records them so `dlaas down` (from any
 shell) stops exactly what `dlaas up` started. `stop_service` and `start_service` stop (or
 crash) one of them and start it again as `dlaas up` did, as a supervisor would after a crash.
+
+Each `dlaas up` generates the platform's own secrets: the password the private Redis
+requires (in `platform.json`, and in the Redis URL the services get) and the bearer token
+the node agent requires of every request (`$DLAAS_HOME/agent-token`, which the agent and the
+lifecycle manager read through `DLAAS_AGENT_TOKEN_FILE`). `DLAAS_HOME` is created 0700 and
+every file holding a secret 0600 (`cli.config.write_private`).
 """
 
 from __future__ import annotations
@@ -24,9 +30,17 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cli.config import private_dir, write_private
+from storage import streams
 
 API_PORT = 8470
 AGENT_PORT = 8471
+AGENT_TOKEN_FILE = "agent-token"
+REDIS_CONFIG = "redis.conf"
 
 
 class PlatformError(RuntimeError):
@@ -45,8 +59,16 @@ class Platform:
     def record_path(self) -> Path:
         return Path(self.home) / "platform.json"
 
+    @property
+    def agent_token_path(self) -> Path:
+        return Path(self.home) / AGENT_TOKEN_FILE
+
+    def agent_headers(self) -> dict[str, str]:
+        """The `Authorization` header the node agent requires."""
+        return {"Authorization": f"Bearer {read_agent_token(Path(self.home))}"}
+
     def save(self) -> None:
-        self.record_path.write_text(json.dumps(asdict(self), indent=2))
+        write_private(self.record_path, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, home: Path) -> Platform | None:
@@ -112,7 +134,8 @@ def redis_server_binary() -> str:
 
 
 def _spawn(name: str, argv: list[str], env: dict[str, str], logs: Path) -> int:
-    log_file = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+    fd = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log_file = os.fdopen(fd, "ab")
     process = subprocess.Popen(
         argv,
         env=env,
@@ -135,20 +158,42 @@ def _wait_until(what: str, check: Callable[[], bool], timeout: float, log: Path)
     raise PlatformError(f"{what} did not become ready in {timeout:.0f} s; its log {log}:\n{tail}")
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, headers: Mapping[str, str] | None = None) -> bool:
     try:
-        return httpx.get(url, timeout=1.0).status_code == 200
+        return httpx.get(url, headers=headers, timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
 
 
-def _redis_ok(port: int) -> bool:
+def _redis_ok(url: str) -> bool:
+    client = redis.Redis.from_url(
+        url, socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
+        return bool(client.ping())
+    except redis.RedisError:
         return False
+    finally:
+        client.close()
+
+
+def job_isolation(platform: Platform) -> str:
+    """How the node agent runs jobs, as it reported it: as uids of their own, or all as one
+    OS user (and why)."""
+    client = redis.Redis.from_url(platform.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        reports = streams.node_isolation(client)
+    except redis.RedisError:
+        reports = {}
+    finally:
+        client.close()
+    if not reports:
+        return "not reported yet by the node agent (see its log)"
+    report = next(iter(reports.values()))
+    why = str(report.get("why", ""))
+    if report.get("isolated"):
+        return why
+    return f"{why}; they can read each other's files and {platform.home} (see README)"
 
 
 def read_token(home: Path) -> str:
@@ -157,6 +202,17 @@ def read_token(home: Path) -> str:
         with contextlib.suppress(ValueError, KeyError):
             return str(json.loads(client.read_text())["token"])
     return "dlaas_" + secrets.token_urlsafe(32)
+
+
+def read_agent_token(home: Path) -> str:
+    """The bearer token the node agent of the platform in `home` requires."""
+    try:
+        return (home / AGENT_TOKEN_FILE).read_text().strip()
+    except OSError as error:
+        raise PlatformError(
+            f"cannot read the node agent's token {home / AGENT_TOKEN_FILE}: {error.strerror}; "
+            "`dlaas up` writes it"
+        ) from None
 
 
 SERVICES = ("redis", "agent", "api", "worker", "monitor")
@@ -177,16 +233,19 @@ def service_command(
     home = Path(platform.home)
     python = sys.executable
     env = {
-        **environ,
+        **{key: value for key, value in environ.items() if key not in _PLATFORM_SECRETS},
         "DLAAS_HOME": platform.home,
         "DLAAS_REDIS_URL": platform.redis_url,
         "DLAAS_AGENT_URL": platform.agent_url,
         # where learners reach the API's object gateway with their jobs' tokens
         "DLAAS_API_URL": platform.url,
     }
+    if name in ("agent", "worker", "monitor"):
+        env["DLAAS_AGENT_TOKEN_FILE"] = str(platform.agent_token_path)
     if name == "redis":
+        config = [str(home / "redis" / REDIS_CONFIG)] if _redis_password(platform) else []
         argv = [
-            redis_server_binary(),
+            redis_server_binary(), *config,
             "--bind", "127.0.0.1",
             "--port", str(_port(platform.redis_url)),
             "--dir", str(home / "redis"),
@@ -196,6 +255,7 @@ def service_command(
     elif name == "agent":
         argv = [
             python, "-m", "lifecycle_manager.node_agent",
+            "--host", "127.0.0.1",
             "--port", str(_port(platform.agent_url)),
             "--root", str(home / "agent"),
         ]  # fmt: skip
@@ -213,15 +273,32 @@ def service_command(
     return argv, env
 
 
+# Secrets of the caller's environment that would override those of the platform.
+_PLATFORM_SECRETS = ("DLAAS_AGENT_TOKEN", "DLAAS_AGENT_TOKEN_FILE", "DLAAS_ADMIN_TOKEN")
+
+
+def _redis_password(platform: Platform) -> str | None:
+    return urlsplit(platform.redis_url).password
+
+
+def _prepare(platform: Platform, name: str) -> None:
+    """What a service needs on disk before it starts: the private Redis its password, in a
+    0600 configuration file (not on its command line, which every user may read)."""
+    password = _redis_password(platform)
+    if name == "redis" and password:
+        redis_dir = private_dir(Path(platform.home) / "redis")
+        write_private(redis_dir / REDIS_CONFIG, f"requirepass {password}\n")
+
+
 def _wait_ready(platform: Platform, name: str) -> None:
     """Wait until a service that answers requests does (the worker and monitor do not)."""
     log = Path(platform.home) / "logs" / f"{name}.log"
     if name == "redis":
-        port = _port(platform.redis_url)
-        _wait_until("Redis", lambda: _redis_ok(port), 15, log)
+        _wait_until("Redis", lambda: _redis_ok(platform.redis_url), 15, log)
     elif name == "agent":
         agent = platform.agent_url + "/healthz"
-        _wait_until("the node agent", lambda: _http_ok(agent), 30, log)
+        headers = platform.agent_headers()
+        _wait_until("the node agent", lambda: _http_ok(agent, headers), 30, log)
     elif name == "api":
         api = platform.url + "/healthz"
         _wait_until("the API", lambda: _http_ok(api), 60, log)
@@ -229,30 +306,31 @@ def _wait_ready(platform: Platform, name: str) -> None:
 
 def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None]) -> Platform:
     """Start every service of the embedded platform and wait until it answers."""
-    home.mkdir(parents=True, exist_ok=True)
+    _own_home(home, on_step)
     existing = Platform.load(home)
     if existing is not None and existing.alive():
         if len(existing.alive()) == len(existing.pids) and _http_ok(existing.url + "/healthz"):
             return existing
         stop(home)
-    logs = home / "logs"
-    logs.mkdir(exist_ok=True)
+    logs = private_dir(home / "logs")
     environ = dict(os.environ)
     token = read_token(home)
     external_redis = os.environ.get("DLAAS_REDIS_URL", "")
+    redis_password = secrets.token_hex(32)
     platform = Platform(
         home=str(home),
         url=f"http://127.0.0.1:{_pick_port(api_port)}",
         agent_url=f"http://127.0.0.1:{_pick_port(AGENT_PORT)}",
-        redis_url=external_redis or f"redis://127.0.0.1:{_pick_port(6479)}/0",
+        redis_url=external_redis or f"redis://:{redis_password}@127.0.0.1:{_pick_port(6479)}/0",
     )
+    write_private(platform.agent_token_path, secrets.token_urlsafe(32) + "\n")
 
     def spawn(name: str) -> None:
         argv, env = service_command(platform, name, token=token, environ=environ)
+        _prepare(platform, name)
         platform.pids[name] = _spawn(name, argv, env, logs)
 
     if not external_redis:
-        (home / "redis").mkdir(exist_ok=True)
         on_step(f"starting Redis on 127.0.0.1:{_port(platform.redis_url)}")
         spawn("redis")
         _wait_ready(platform, "redis")
@@ -271,9 +349,18 @@ def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None
         platform.save()
         stop(home)
         raise
-    (home / "client.json").write_text(json.dumps({"url": platform.url, "token": token}))
-    (home / "client.json").chmod(0o600)
+    write_private(home / "client.json", json.dumps({"url": platform.url, "token": token}))
     return platform
+
+
+def _own_home(home: Path, on_step: Callable[[str], None]) -> None:
+    """`home` as the owner's alone: created 0700; one an earlier dlaas (or a person) left
+    open to others is narrowed, since it holds the database, the objects and the secrets."""
+    private_dir(home)
+    mode = home.stat().st_mode & 0o777
+    if mode & 0o077:
+        home.chmod(mode & 0o700)
+        on_step(f"made {home} private to its owner (it was {mode:o}, now {mode & 0o700:o})")
 
 
 def _running(home: Path) -> Platform:
@@ -312,6 +399,7 @@ def start_service(home: Path, name: str, *, environ: Mapping[str, str] | None = 
     argv, env = service_command(
         platform, name, token=read_token(home), environ=os.environ if environ is None else environ
     )
+    _prepare(platform, name)
     platform.pids[name] = _spawn(name, argv, env, home / "logs")
     platform.save()
     _wait_ready(platform, name)
@@ -326,16 +414,27 @@ def restart_service(
     return start_service(home, name, environ=environ)
 
 
-def stop_learners(agent_url: str, *, wait_s: float = 30.0) -> list[str]:
+def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
     """Ask the node agent to stop every learner it runs; learners outlive the agent itself."""
+    agent_url = platform.agent_url
     try:
-        listed = httpx.get(f"{agent_url}/learners", timeout=5.0).json()["learners"]
-    except (httpx.HTTPError, ValueError, KeyError):
+        headers = platform.agent_headers()
+    except PlatformError:
+        headers = {}  # an agent started by a dlaas from before agents required a token
+    try:
+        listed = httpx.get(f"{agent_url}/learners", headers=headers, timeout=5.0).json()
+        learners = listed["learners"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return []
-    jobs = sorted({str(r["job"]) for r in listed if r.get("phase") in ("Pending", "Running")})
+    jobs = sorted({str(r["job"]) for r in learners if r.get("phase") in ("Pending", "Running")})
     for job in jobs:
         with contextlib.suppress(httpx.HTTPError):
-            httpx.delete(f"{agent_url}/jobs/{job}", params={"wait": wait_s}, timeout=wait_s + 10.0)
+            httpx.delete(
+                f"{agent_url}/jobs/{job}",
+                params={"wait": wait_s},
+                headers=headers,
+                timeout=wait_s + 10.0,
+            )
     return jobs
 
 
@@ -369,9 +468,10 @@ def stop(
     order = sorted(alive, key=_STOP_ORDER.index)
     for name in order:
         if name == "monitor" or (name == "agent" and "monitor" not in alive):
-            stopped = stop_learners(platform.agent_url) if "agent" in alive else []
+            stopped = stop_learners(platform) if "agent" in alive else []
             if stopped:
                 on_step(f"stopped the learners of {', '.join(stopped)}")
         _terminate(alive[name], grace_s)
     platform.record_path.unlink(missing_ok=True)
+    platform.agent_token_path.unlink(missing_ok=True)
     return order

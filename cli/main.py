@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import cluster, data, jobs, logs, results, ui, usage
+from cli import cluster, data, jobs, logs, results, secrets, ui, usage
 from cli.context import DebugOption, GlobalOptions, OutputOption, TokenOption, UrlOption
 from cli.up import register as register_up
 
@@ -42,3 +42,4 @@ data.register(app)
 cluster.register(app)
 usage.register(app)
 ui.register(app)
+secrets.register(app)

@@ -36,6 +36,7 @@ def up(inv: Invocation, detach: DetachOption = False, port: PortOption = embedde
         "logs": str(home / "logs"),
         "services": sorted(platform.pids),
         "dashboard": sign_in_link(platform.url, embedded.read_token(home)),
+        "jobs": embedded.job_isolation(platform),
     }
     if inv.json:
         print_json(summary)
@@ -44,6 +45,7 @@ def up(inv: Invocation, detach: DetachOption = False, port: PortOption = embedde
         console.print(f"[bold green]dlaas is up[/] at {platform.url}")
         console.print(f"  dashboard:     {summary['dashboard']} (or: dlaas ui)")
         console.print(f"  token and URL: {summary['client_config']} (the CLI reads it)")
+        console.print(f"  jobs:          {summary['jobs']}")
         console.print(f"  service logs:  {summary['logs']}")
         console.print("  stop it with:  dlaas down")
     if detach:

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from learner_image.sdk.checkpoints import (
     COMMITTED,
@@ -103,6 +104,31 @@ def remote_checkpoints(
     return RemoteCheckpoints(sorted(committed), sorted(names - committed))
 
 
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def open_inside(root: Path, rel: str) -> BinaryIO:
+    """Open the regular file `rel` under `root` for reading, through no link at any step.
+    The program owns its checkpoint directory and may swap a file for a link to one of the
+    runner's between a check and the read: opened this way, the swap fails the read."""
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise FileNotFoundError(rel)
+    fd = os.open(root, _DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise FileNotFoundError(f"{rel} is not a regular file")
+    return os.fdopen(leaf, "rb")
+
+
 class CheckpointVanished(Exception):
     """The local checkpoint was deleted or changed while it was being uploaded."""
 
@@ -122,11 +148,13 @@ def upload_checkpoint(
     prefix = f"{checkpoints_prefix(job_id, learner)}{directory.name}/"
     try:
         for rel in sorted(record.files):
-            store.put_file(prefix + rel, directory.joinpath(*rel.split("/")))
+            with open_inside(directory, rel) as stream:
+                store.put_stream(prefix + rel, stream)
         if verify_checkpoint(directory) != record:
             raise CheckpointVanished(f"{directory.name} changed while it was uploaded")
-        store.put_file(prefix + COMMITTED, directory / COMMITTED)
-    except (FileNotFoundError, NotADirectoryError, CheckpointVanished) as exc:
+        with open_inside(directory, COMMITTED) as stream:
+            store.put_stream(prefix + COMMITTED, stream)
+    except (OSError, CheckpointVanished) as exc:
         store.delete_prefix(prefix)
         if isinstance(exc, CheckpointVanished):
             raise

@@ -74,6 +74,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from learner_image import program_identity
 from learner_image.background import Background, Periodic
 from learner_image.exit_report import describe_exit, signal_name
 from learner_image.runner_config import RunnerConfig, RunnerFailure, child_env, parse_config
@@ -284,6 +285,15 @@ class Runner:
         import subprocess
 
         c = self.config
+        as_program: dict[str, Any] = {}
+        if c.program_uid is not None:
+            program_identity.hand_over(c.program_dirs, c.program_uid)
+            as_program = {
+                "user": c.program_uid,
+                "group": c.program_uid,
+                "extra_groups": [],
+                "umask": 0o077,
+            }
         self.child = subprocess.Popen(
             ["/bin/sh", "-c", c.command],
             cwd=c.model_dir,
@@ -294,6 +304,7 @@ class Runner:
             stderr=subprocess.STDOUT,
             process_group=0,
             preexec_fn=die_with_parent(),
+            **as_program,
         )
         if self.stop_signal is not None:
             self._forward()
@@ -354,6 +365,10 @@ class Runner:
         returncode = child.wait()
         if self._kill_timer is not None:
             self._kill_timer.cancel()
+        if self.config.program_uid is not None:
+            # Nothing of the program outlives it: no process of its uid may change its
+            # files while they are stored (a file swapped for a link to one of root's).
+            program_identity.end_processes(self.config.program_uid)
         reader.join(1.0)
         if reader.is_alive():  # something the command started still holds the pipe
             _signal_group(child.pid, signal.SIGKILL)

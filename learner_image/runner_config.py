@@ -13,14 +13,23 @@ from pathlib import Path
 
 from storage import output_keys
 
-# Credentials the runner holds and the user's command never gets: the job's token for the
-# object gateway (and the store's own keys, when a runner is started by hand with them).
+# The platform's settings the runner needs and the program must not see: where the stores
+# are and how to sign in to them (the job's token for the object gateway above all).
 SECRET_ENV = (
     "DLAAS_JOB_TOKEN",
     "DLAAS_S3_ACCESS_KEY",
     "DLAAS_S3_SECRET_KEY",
     "DLAAS_DATABASE_URL",
+    "DLAAS_REDIS_URL",
+    "DLAAS_HOME",
+    "DLAAS_OBJECTS_DIR",
+    "DLAAS_AGENT_TOKEN",
+    "DLAAS_AGENT_TOKEN_FILE",
 )
+PROGRAM_UID_ENV = "DLAAS_PROGRAM_UID"
+RUNNER_DIR_ENV = "DLAAS_RUNNER_DIR"
+# The runner's own settings, none of the program's business.
+RUNNER_ENV = (PROGRAM_UID_ENV, RUNNER_DIR_ENV)
 DIR_ENV = {
     "MODEL_DIR": "model",
     "DATA_DIR": "data",
@@ -54,6 +63,12 @@ class RunnerConfig:
     own_checkpoints: bool = False
     stop_grace_s: float = 10.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The program's own uid (its gid alike) when the runner is root: the program runs as it,
+    # owns its directories, and can read nothing of the runner's.
+    program_uid: int | None = None
+    # Where the runner keeps its own files (the complete log and metrics it uploads): out
+    # of the program's reach when the program has a uid of its own. Default: LOG_DIR.
+    runner_dir: Path | None = None
 
     @property
     def uploads_checkpoints(self) -> bool:
@@ -66,11 +81,15 @@ class RunnerConfig:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"learner-{self.learner}.log"
+        return (self.runner_dir or self.log_dir) / f"learner-{self.learner}.log"
 
     @property
     def metrics_path(self) -> Path:
-        return self.log_dir / f"learner-{self.learner}.metrics.jsonl"
+        return (self.runner_dir or self.log_dir) / f"learner-{self.learner}.metrics.jsonl"
+
+    @property
+    def program_dirs(self) -> tuple[Path, ...]:
+        return (self.model_dir, self.data_dir, self.result_dir, self.log_dir, self.checkpoint_dir)
 
     @property
     def log_key(self) -> str:
@@ -167,11 +186,15 @@ def parse_config(
         in ("1", "true", "yes"),
         own_checkpoints=environ.get("DLAAS_RESTART_SCOPE", "").strip() == "learner",
         stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
+        program_uid=_int_env(environ, PROGRAM_UID_ENV, -1)
+        if environ.get(PROGRAM_UID_ENV)
+        else None,
+        runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
     )
 
 
 def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in environ.items() if k not in SECRET_ENV}
+    env = {k: v for k, v in environ.items() if k not in SECRET_ENV and k not in RUNNER_ENV}
     env.update(
         MODEL_DIR=str(config.model_dir),
         DATA_DIR=str(config.data_dir),

@@ -36,7 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from learner_image import program_identity
 from learner_image.ps import sidecar
+from learner_image.runner_config import PROGRAM_UID_ENV, RUNNER_DIR_ENV
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.job_progress import describe_exit
 from storage import exit_reports
@@ -44,13 +46,19 @@ from storage.exit_reports import ExitReport
 
 log = logging.getLogger(__name__)
 
+# A learner's working directory: the runner's own files (its log, its exit report) and
+# `program/`, all the learner's program may touch. When the agent runs as root the program
+# runs as a uid of its own that owns `program/` alone (0700), and the directories above it
+# are root's and only traversable (0711).
+PROGRAM_DIR = "program"
 WORK_SUBDIRS = {
-    "MODEL_DIR": "model",
-    "DATA_DIR": "data",
-    "RESULT_DIR": "result",
-    "LOG_DIR": "logs",
-    "CHECKPOINT_DIR": "checkpoints",
+    "MODEL_DIR": f"{PROGRAM_DIR}/model",
+    "DATA_DIR": f"{PROGRAM_DIR}/data",
+    "RESULT_DIR": f"{PROGRAM_DIR}/result",
+    "LOG_DIR": f"{PROGRAM_DIR}/logs",
+    "CHECKPOINT_DIR": f"{PROGRAM_DIR}/checkpoints",
 }
+RUNNER_DIR = "runner"  # the runner's own files (its complete log), root's alone
 RUNNER_LOG = "runner.log"
 EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
 PS_LOG = "ps.log"
@@ -105,6 +113,7 @@ class LearnerRecord:
     last_line: str = ""
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    uid: int | None = None  # the program's own uid (and gid), when the agent runs as root
 
     @property
     def finished(self) -> bool:
@@ -180,11 +189,19 @@ class LearnerTable:
         *,
         grace: float = 30.0,
         keep_workdirs: bool = False,
+        program_uids: range | None = None,
+        work_root: Path | None = None,
     ) -> None:
+        """`program_uids`: run each learner's program as a uid of its own from this range
+        (the agent must be root); `work_root`: where learners' working directories go
+        (default `root`; with program uids it must not be under a directory they cannot
+        traverse, such as a 0700 DLAAS_HOME)."""
         self.root = root
         self.on_exit = on_exit
         self.grace = grace
         self.keep_workdirs = keep_workdirs
+        self.program_uids = program_uids
+        self.work_root = work_root or root
         self._state_file = root / "agent-learners.json"
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -249,9 +266,10 @@ class LearnerTable:
             existing = self._records.get(spec.name)
             if existing is not None:
                 return existing, False
-            job_dir = self.root / "jobs" / spec.job_id
+            job_dir = self.work_root / "jobs" / spec.job_id
             workdir = job_dir / f"learner-{spec.learner}" / f"a{spec.attempt}"
             record = LearnerRecord(
+                uid=self._free_uid(),
                 name=spec.name,
                 job=spec.job_id,
                 learner=spec.learner,
@@ -265,6 +283,36 @@ class LearnerTable:
             self._save()
             return record, True
 
+    def _free_uid(self) -> int | None:
+        """The lowest program uid no learner the agent knows of holds."""
+        if self.program_uids is None:
+            return None
+        taken = {r.uid for r in self._records.values()}
+        for uid in self.program_uids:
+            if uid not in taken:
+                return uid
+        raise RuntimeError(f"every program uid of {self.program_uids} is in use")
+
+    def _prepare_workdir(self, record: LearnerRecord) -> None:
+        workdir = Path(record.workdir)
+        for sub in WORK_SUBDIRS.values():
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        if record.uid is None:
+            return
+        # Root's directories down to the learner's are traversable, not listable: a program
+        # reaches its own directory by name and cannot see which others exist.
+        for directory in (self.work_root, self.work_root / "jobs", *workdir.parents):
+            if directory == self.work_root or self.work_root in directory.parents:
+                os.chown(directory, 0, 0, follow_symlinks=False)
+                directory.chmod(0o711)
+        os.chown(workdir, 0, 0, follow_symlinks=False)
+        workdir.chmod(0o711)
+        (workdir / RUNNER_DIR).mkdir(mode=0o700, exist_ok=True)
+        program = workdir / PROGRAM_DIR
+        for path in (program, *(workdir / sub for sub in WORK_SUBDIRS.values())):
+            os.chown(path, record.uid, record.uid, follow_symlinks=False)
+            path.chmod(0o700)
+
     def _master_port(self, job: str, attempt: int) -> int:
         key = f"{job}/a{attempt}"
         if key not in self._ports:
@@ -273,8 +321,7 @@ class LearnerTable:
 
     def _start(self, record: LearnerRecord, spec: LearnerSpec) -> None:
         workdir = Path(record.workdir)
-        for sub in WORK_SUBDIRS.values():
-            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        self._prepare_workdir(record)
         env = self._environment(record, spec)
         argv = list(spec.command)
         executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
@@ -339,6 +386,10 @@ class LearnerTable:
         env["MASTER_ADDR"] = "127.0.0.1"
         env["MASTER_PORT"] = str(record.master_port)
         env[exit_reports.EXIT_REPORT_ENV] = str(Path(record.workdir) / EXIT_REPORT)
+        if record.uid is not None:
+            env[PROGRAM_UID_ENV] = str(record.uid)
+            env[RUNNER_DIR_ENV] = str(Path(record.workdir) / RUNNER_DIR)
+            env["HOME"] = str(Path(record.workdir) / PROGRAM_DIR)
         if sidecar.wanted(spec.env):
             peers = self.root / "jobs" / record.job / f"ps-peers-a{record.attempt}"
             env.update(sidecar.local_placement(record.job, record.learner, record.attempt, peers))
@@ -413,6 +464,10 @@ class LearnerTable:
             # Like a container, a learner ends with its main process: everything it started
             # goes too, the training program included (the runner is its session's leader).
             _kill_session(record.pid)
+        if record.uid is not None:
+            program_identity.end_processes(
+                record.uid
+            )  # and what the program detached from the session
         with self._lock:
             self._finish(record, code, signame, reason)
             if record.deleting:
@@ -516,6 +571,10 @@ class LearnerTable:
             sidecar.region_directory(record.job, record.learner, record.attempt),
             ignore_errors=True,
         )
+        if record.uid is not None:
+            program_identity.end_processes(
+                record.uid
+            )  # whatever the program left running, detached or not
         if not self.keep_workdirs:
             workdir = Path(record.workdir)
             shutil.rmtree(workdir, ignore_errors=True)

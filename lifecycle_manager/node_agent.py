@@ -1,13 +1,22 @@
 """The node agent: the local stand-in for a kubelet, owning the learner processes of a machine.
 
-    python -m lifecycle_manager.node_agent [--host 127.0.0.1] [--port 8471] --root DIR
+    python -m lifecycle_manager.node_agent [--host ADDRESS] [--port 8471] --root DIR
         [--grace 30] [--keep-workdirs]
 
 Environment: `DLAAS_REDIS_URL` (where learner exits are reported: an `exit` event on
 `dlaas:learner-events` with `source=agent`, `deleted=1` when the agent stopped the learner
 on request, and what the runner's exit report says: `stopped=1` when it was told to stop,
-the program's `last_line`). The agent outlives lifecycle-manager workers; started again, it
-re-adopts the learners it started before.
+the program's `last_line`); `DLAAS_AGENT_TOKEN` or `DLAAS_AGENT_TOKEN_FILE` (required);
+`DLAAS_AGENT_BIND` (the default of `--host`: 127.0.0.1); `DLAAS_AGENT_ALLOWED_HOSTS`. That
+is all it needs: learners get everything else from their spec. The agent outlives
+lifecycle-manager workers; started again, it re-adopts the learners it started before.
+
+It starts whatever command it is given, so it answers no one but the lifecycle manager:
+every request must carry `Authorization: Bearer TOKEN` (else 401, compared in constant
+time), and name in its Host header one of the agent's own addresses, `127.0.0.1`,
+`localhost` or `[::1]` with its port, its bind address, or a name of
+`DLAAS_AGENT_ALLOWED_HOSTS` (else 421), so a web page that rebinds a DNS name to the agent's
+address cannot drive it through a browser on the machine.
 
 HTTP (JSON):
 - `PUT /learners/{name}` body `LearnerRequest` -> 201 started, 200 already there (idempotent)
@@ -22,9 +31,18 @@ HTTP (JSON):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import hashlib
+import hmac
 import logging
+import os
+import socket
+import stat
+import sys
+import tempfile
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,15 +50,85 @@ import uvicorn
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lifecycle_manager.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
+from lifecycle_manager.backends.local import AgentTokenError, agent_token
 from storage import streams
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.node_agent")
 
 REPORT_RETRY_S = 2.0
+MIN_TOKEN_LENGTH = 32
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+WILDCARD_ADDRESSES = ("", "0.0.0.0", "::")
+
+
+def allowed_hosts(bind: str, port: int, names: Iterable[str] = ()) -> frozenset[str]:
+    """The Host header values the agent answers: each loopback name, its bind address and
+    every name given, with its port (a name given with a port of its own keeps that)."""
+    hosts = set()
+    extra = [name.strip().lower() for name in names if name.strip()]
+    for name in [*LOOPBACK_NAMES, *([] if bind in WILDCARD_ADDRESSES else [bind]), *extra]:
+        if name.startswith("["):
+            hosts.add(name if "]:" in name else f"{name}:{port}")
+        elif name.count(":") == 1:
+            hosts.add(name)  # host:port
+        elif ":" in name:
+            hosts.add(f"[{name}]:{port}")  # an IPv6 address
+        else:
+            hosts.add(f"{name}:{port}")
+    return frozenset(hosts)
+
+
+class AgentGuard:
+    """ASGI middleware: a request without the agent's bearer token is answered 401, one whose
+    Host header is not one of `hosts` 421, before anything of the app runs."""
+
+    def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str]) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+        self._hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        authorization = _header(scope, b"authorization")
+        host = _header(scope, b"host").decode("latin-1").lower()
+        if not hmac.compare_digest(authorization, self._expected):
+            refusal = JSONResponse(
+                {"error": "unauthorized", "detail": "Authorization: the agent's token is required"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        elif host not in self._hosts:
+            refusal = JSONResponse(
+                {
+                    "error": "misdirected",
+                    "detail": f"Host: {host!r} is not an address of this node agent "
+                    "(DLAAS_AGENT_ALLOWED_HOSTS names more)",
+                },
+                status_code=421,
+            )
+        else:
+            await self.app(scope, receive, send)
+            return
+        await refusal(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> bytes:
+    """The first value of header `name` (lower case), or b"" without one."""
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return bytes(value)
+    return b""
 
 
 class ResourcesBody(BaseModel):
@@ -76,6 +164,12 @@ class ExitReporter:
     def __init__(self, redis_url: str) -> None:
         self._redis = streams.client(redis_url, socket_timeout=2, socket_connect_timeout=2)
 
+    def announce_isolation(self, node: str, isolated: bool, why: str) -> None:
+        try:
+            streams.record_node_isolation(self._redis, node, isolated, why)
+        except RedisError as error:
+            log.debug("could not record this node's isolation yet: %s", error)
+
     def __call__(self, record: LearnerRecord) -> bool:
         event = streams.exit_event(
             record.job,
@@ -98,8 +192,10 @@ class ExitReporter:
         return True
 
 
-def create_app(table: LearnerTable) -> FastAPI:
-    app = FastAPI(title="dlaas node agent")
+def create_app(table: LearnerTable, *, token: str, hosts: frozenset[str]) -> FastAPI:
+    """The agent's HTTP API; only requests with `token` that name one of `hosts` reach it."""
+    app = FastAPI(title="dlaas node agent", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(AgentGuard, token=token, hosts=hosts)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -169,32 +265,136 @@ def _delete(
     return {"deleted": deleted, "gone": gone}
 
 
-def _retry_reports(table: LearnerTable, stop: threading.Event) -> None:
+def _retry_reports(
+    table: LearnerTable, stop: threading.Event, announce: Callable[[], None]
+) -> None:
     while not stop.wait(REPORT_RETRY_S):
         table.report_pending()
+        announce()
+
+
+def untraversable(path: Path) -> Path | None:
+    """The nearest existing directory on the way to `path` that other users cannot enter."""
+    for directory in reversed([path, *path.parents]):
+        if not directory.exists():
+            break
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
+def usable_by_others(path: Path) -> bool:
+    """Whether users other than its owner can run `path`: it and every directory above it
+    let them in."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def isolation(mode: str) -> tuple[bool, str]:
+    """Whether learners' programs get uids of their own, and why (for the agent's log)."""
+    if mode == "off":
+        return False, "run as the agent's own user (DLAAS_AGENT_ISOLATION=off)"
+    if os.geteuid() != 0:
+        return False, "run as the agent's own user: uids of their own need the agent to be root"
+    interpreter = Path(sys.executable).resolve()
+    if mode == "auto" and not usable_by_others(interpreter):
+        return False, (
+            f"run as root: other users cannot run {interpreter}, so programs cannot have uids "
+            "of their own here (install Python where they can, as the learner image does)"
+        )
+    return True, "run as uids of their own"
+
+
+def traversable_work_root(root: Path) -> Path:
+    """Where learners' working directories go when `root` (a 0700 DLAAS_HOME, say) is closed
+    to their programs' uids: a root-owned directory in the system's temporary directory that
+    they can traverse but not list. One of that name someone else made is refused."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    work_root = Path(tempfile.gettempdir()) / f"dlaas-learners-{digest}"
+    with contextlib.suppress(FileExistsError):
+        work_root.mkdir(mode=0o711)
+    info = work_root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+        raise SystemExit(f"{work_root} exists and is not root's own directory: remove it")
+    work_root.chmod(0o711)
+    log.info("learners' working directories go to %s (%s is closed to them)", work_root, root)
+    return work_root
 
 
 def main(argv: list[str] | None = None) -> None:
+    settings = Settings()
     parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.node_agent")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host", default=settings.agent_bind, help="address to listen on (DLAAS_AGENT_BIND)"
+    )
     parser.add_argument("--port", type=int, default=8471)
     parser.add_argument("--root", type=Path, required=True, help="learner working directories")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to KILL")
     parser.add_argument("--keep-workdirs", action="store_true", help="keep deleted learners' dirs")
+    parser.add_argument(
+        "--work-root",
+        type=Path,
+        default=settings.agent_work_dir,
+        help="where learners' working directories go (DLAAS_AGENT_WORK_DIR; default: --root)",
+    )
     args = parser.parse_args(argv)
+    try:
+        token = agent_token(settings)
+    except AgentTokenError as error:
+        parser.error(str(error))
+    if token is None:
+        parser.error(
+            "the node agent requires a token: set DLAAS_AGENT_TOKEN, or DLAAS_AGENT_TOKEN_FILE "
+            "to a file holding it (`dlaas up` writes one; `openssl rand -hex 32` makes one)"
+        )
+    if len(token) < MIN_TOKEN_LENGTH:
+        parser.error(
+            f"the node agent's token is shorter than {MIN_TOKEN_LENGTH} characters: "
+            "generate one with `openssl rand -hex 32`"
+        )
+    hosts = allowed_hosts(args.host, args.port, settings.agent_allowed_hosts.split(","))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings()
+    root = args.root.resolve()
+    work_root = (args.work_root or root).resolve()
+    program_uids = None
+    isolating, why = isolation(settings.agent_isolation)
+    if settings.agent_isolation == "on" and not isolating:
+        parser.error(f"DLAAS_AGENT_ISOLATION=on, but {why}")
+    log.info("learners' programs %s", why)
+    if isolating:
+        base = settings.agent_program_uid_base
+        program_uids = range(base, base + settings.agent_program_uids)
+        closed = untraversable(work_root)
+        if closed is not None and args.work_root is not None:
+            parser.error(
+                f"learners' programs run as uids of their own and could not reach "
+                f"{work_root}: {closed} is not traversable by others; give a --work-root "
+                "(DLAAS_AGENT_WORK_DIR) outside it"
+            )
+        if closed is not None:
+            work_root = traversable_work_root(root)
+    reporter = ExitReporter(settings.redis_url)
     table = LearnerTable(
-        args.root.resolve(),
-        ExitReporter(settings.redis_url),
+        root,
+        reporter,
         grace=args.grace,
         keep_workdirs=args.keep_workdirs,
+        program_uids=program_uids,
+        work_root=work_root,
     )
     table.load()
     stop = threading.Event()
-    threading.Thread(target=_retry_reports, args=(table, stop), daemon=True).start()
+    node = socket.gethostname()
+
+    def announce() -> None:
+        # Kept up to date in Redis (which may restart without its data): the API warns those
+        # it makes users for when a node runs every job as one OS user.
+        reporter.announce_isolation(node, isolating, f"learners' programs {why}")
+
+    announce()
+    threading.Thread(target=_retry_reports, args=(table, stop, announce), daemon=True).start()
     try:
-        uvicorn.run(create_app(table), host=args.host, port=args.port, log_level="warning")
+        app = create_app(table, token=token, hosts=hosts)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         stop.set()
 

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     args = [arg for arg in args if arg != "--no-beat"]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # the owner's alone
     upgrade(settings.database_url)
     command = [
         "worker",

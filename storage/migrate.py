@@ -28,7 +28,7 @@ def upgrade(url: str) -> None:
     """Run pending migrations; API processes starting together serialize on a lock."""
     if is_sqlite(url):
         database = make_url(sync_url(url)).database or ""
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        Path(database).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(f"{database}.migrate-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             command.upgrade(alembic_config(url), "head")

@@ -63,6 +63,26 @@ class Settings(BaseSettings):
 
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
+    # The bearer token the node agent requires of every request, given as itself or as a
+    # file holding it (`dlaas up` writes one, 0600); the agent and its clients read it.
+    agent_token: str | None = None
+    agent_token_file: Path | None = None
+    # The node agent's listening address (loopback unless told otherwise), and the names,
+    # comma-separated, it answers to in the Host header besides 127.0.0.1, localhost and
+    # that address (compose: the service name its clients use, "agent").
+    agent_bind: str = "127.0.0.1"
+    agent_allowed_hosts: str = ""
+    # A node agent running as root runs each learner's program as a uid of its own, from
+    # this base on, so a program reads nothing of the runner's, the agent's or another
+    # learner's; `agent_work_dir` is where learners' working directories go (it must be
+    # traversable by those uids: not under a 0700 DLAAS_HOME).
+    # on: programs get uids of their own (the agent must run as root); off: they run as the
+    # agent's user; auto: on when the agent is root and its Python is usable by other users
+    # (an interpreter under a 0700 home is not: jobs then run as root, as the agent says).
+    agent_isolation: Literal["auto", "on", "off"] = "auto"
+    agent_program_uid_base: int = Field(default=900_000, ge=1000)
+    agent_program_uids: int = Field(default=10_000, ge=1)
+    agent_work_dir: Path | None = None
 
     # The `kubernetes` backend. API server: `kube_api_url` if set, else the in-cluster
     # service account, else the kubeconfig (`KUBECONFIG`, `kube_context`).
@@ -76,6 +96,12 @@ class Settings(BaseSettings):
     kube_tolerations: list[dict[str, Any]] = Field(default_factory=list)  # JSON in the env
     kube_gang_admission: bool = True  # create a gang only when the nodes can hold all of it
     kube_stop_grace_s: int = 30
+    # Each job's NetworkPolicy: its learner pods reach their gang peers, DNS, and the
+    # platform's redis, s3 and api pods in `kube_platform_namespace` (default: the learners'
+    # namespace), plus these address blocks (an external S3 endpoint); nothing else.
+    kube_platform_namespace: str | None = None
+    kube_learner_egress_cidrs: list[str] = Field(default_factory=list)  # JSON in the env
+    kube_learner_ephemeral_storage: str = "50Gi"  # per learner container, its scratch included
     kube_request_timeout_s: float = 10.0
     kube_image_pull_timeout_s: float = 300.0  # a learner whose image cannot be pulled fails
 

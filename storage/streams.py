@@ -25,6 +25,8 @@ Redis differs. Clients may use `decode_responses` or not: answers are decoded ei
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time as clock
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LEARNER_EVENTS: Final = "dlaas:learner-events"
+# Each node agent's word on how it runs learners' programs: node name -> JSON
+# {"isolated": bool, "why": str}; the API warns when a node runs every job as one user.
+NODE_ISOLATION: Final = "dlaas:node-isolation"
 # Entries are batches of lines of at most `BATCH_BYTES` in all (or one longer line), or of at
 # most `METRIC_BATCH_POINTS` points, so a flood keeps a job's log stream under about 64 MB
 # while a quiet program's stream still holds its last 2000 lines (readers take anything
@@ -525,6 +530,26 @@ def claim_learner_events(
 
 def ack_learner_events(redis: Redis, group: str, ids: Sequence[StreamId]) -> int:
     return int(redis.xack(LEARNER_EVENTS, group, *ids)) if ids else 0
+
+
+def record_node_isolation(redis: Redis, node: str, isolated: bool, why: str) -> None:
+    redis.hset(NODE_ISOLATION, node, json.dumps({"isolated": isolated, "why": why}))
+
+
+def node_isolation(redis: Redis) -> dict[str, dict[str, Any]]:
+    return _isolation(redis.hgetall(NODE_ISOLATION))
+
+
+async def anode_isolation(redis: AsyncRedis) -> dict[str, dict[str, Any]]:
+    return _isolation(await redis.hgetall(NODE_ISOLATION))
+
+
+def _isolation(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    found = {}
+    for node, value in raw.items():
+        with contextlib.suppress(ValueError, TypeError):
+            found[_text(node)] = dict(json.loads(_text(value)))
+    return found
 
 
 def set_heartbeat(redis: Redis, job_id: str, learner: int, time: float | None = None) -> None:

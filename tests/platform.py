@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ class Platform:
     env: dict[str, str]
 
     @classmethod
-    def up(cls, home: Path) -> Platform:
+    def up(cls, home: Path, settings: Mapping[str, str] | None = None) -> Platform:
         """`dlaas up --detach` with its state in `home`, on a free port, and none of this
         process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
         burst test polls a hundred jobs from one token five times a second, far past what a
@@ -57,6 +57,7 @@ class Platform:
         env["DLAAS_HOME"] = str(home)
         env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env.update(settings or {})
         running = cls(home=home, env=env)
         running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
         return running
@@ -67,8 +68,14 @@ class Platform:
     def dlaas(
         self, *args: str, timeout: float = 180, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        # Under the usual umask, with which a file written without a mode would be 0644.
         result = subprocess.run(
-            [DLAAS, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+            [DLAAS, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            umask=0o022,
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -173,7 +180,13 @@ class Platform:
     def learners(self, job_id: str | None = None) -> list[dict[str, Any]]:
         """What the node agent runs (each with the runner's `pid`), optionally of one job."""
         params = {"job": job_id} if job_id else {}
-        answer = httpx.get(f"{self.record().agent_url}/learners", params=params, timeout=10)
+        record = self.record()
+        answer = httpx.get(
+            f"{record.agent_url}/learners",
+            params=params,
+            headers=record.agent_headers(),
+            timeout=10,
+        )
         answer.raise_for_status()
         return list(answer.json()["learners"])
 

@@ -1,4 +1,9 @@
-"""The `local` cluster backend: learners as processes of the node agent on this machine."""
+"""The `local` cluster backend: learners as processes of the node agent on this machine.
+
+The agent answers only requests that carry its bearer token (`DLAAS_AGENT_TOKEN`, or the
+file `DLAAS_AGENT_TOKEN_FILE` names); a refusal is reported as the agent being unavailable,
+with the setting to fix, so jobs wait rather than fail while it is wrong.
+"""
 
 from __future__ import annotations
 
@@ -15,17 +20,47 @@ from lifecycle_manager.backends.base import (
     LearnerSpec,
     LearnerStatus,
 )
+from storage.settings import Settings
+
+
+class AgentTokenError(RuntimeError):
+    """The node agent's token cannot be read; the message names the setting."""
+
+
+def agent_token(settings: Settings) -> str | None:
+    """The node agent's bearer token: `agent_token`, else what `agent_token_file` holds."""
+    if settings.agent_token:
+        return settings.agent_token.strip()
+    if settings.agent_token_file is None:
+        return None
+    try:
+        return settings.agent_token_file.read_text().strip() or None
+    except OSError as error:
+        raise AgentTokenError(
+            f"cannot read DLAAS_AGENT_TOKEN_FILE {settings.agent_token_file}: {error.strerror}"
+        ) from None
 
 
 class LocalBackend:
-    def __init__(self, agent_url: str, *, timeout: float = 10.0) -> None:
-        self._client = httpx.AsyncClient(base_url=agent_url, timeout=timeout)
+    def __init__(self, agent_url: str, *, token: str | None, timeout: float = 10.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(base_url=agent_url, timeout=timeout, headers=headers)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.HTTPError as error:
             raise BackendUnavailable(f"node agent at {self._client.base_url}: {error!r}") from error
+        if response.status_code == 401:
+            raise BackendUnavailable(
+                f"node agent at {self._client.base_url} refused the lifecycle manager's token: "
+                "give it the agent's token in DLAAS_AGENT_TOKEN or DLAAS_AGENT_TOKEN_FILE"
+            )
+        if response.status_code == 421:
+            raise BackendUnavailable(
+                f"node agent at {self._client.base_url} does not answer to that name: add "
+                f"{self._client.base_url.host!r} to the agent's DLAAS_AGENT_ALLOWED_HOSTS"
+            )
         if response.status_code >= 500:
             raise BackendUnavailable(
                 f"node agent at {self._client.base_url}: HTTP {response.status_code}"

@@ -33,22 +33,10 @@ import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
+from tests.browser.dashboard import CHROMIUM, CHROMIUM_ARGS
 from tests.platform import Platform
 
-CHROMIUM = Path("/usr/bin/chromium")
 INSTALL = ("apt-get update", "apt-get install -y chromium")
-# Playwright's own Chromium download fails on these machines; Debian's build is driven
-# instead. No sandbox (tests run as root in a container), no GPU, and none of the
-# background traffic a desktop browser makes on start.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 REPO = Path(__file__).resolve().parents[2]
 

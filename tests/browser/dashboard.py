@@ -11,6 +11,19 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
+CHROMIUM = Path("/usr/bin/chromium")
+# Playwright's own Chromium download fails on these machines; Debian's build is driven
+# instead. No sandbox (tests run as root in a container), no GPU, and none of the
+# background traffic a desktop browser makes on start. bench/dashboard.py launches it so too.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 AXE = Path(__file__).with_name("vendor") / "axe.min.js"  # test-only, see vendor/vendor.json
 FAILING_IMPACTS = ("serious", "critical")
 

@@ -137,11 +137,16 @@ def test_the_reconcile_stops_a_learner_of_a_deleted_job(platform: Platform, tmp_
     # A learner the database knows nothing of, as a lost delete or a node back from a
     # partition would leave behind.
     body = {"job": job, "learner": 1, "attempt": 1, "num_learners": 1, "command": ["sleep", "60"]}
-    agent_url = platform.record().agent_url
+    record = platform.record()
     deadline = time.monotonic() + 30
     while platform.learners(job) and time.monotonic() < deadline:
         time.sleep(0.1)
-    created = httpx.put(f"{agent_url}/learners/dlaas-{job}-learner-1-a1", json=body, timeout=10)
+    created = httpx.put(
+        f"{record.agent_url}/learners/dlaas-{job}-learner-1-a1",
+        json=body,
+        headers=record.agent_headers(),
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
     stray = int(created.json()["pid"])
 

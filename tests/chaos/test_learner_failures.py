@@ -67,7 +67,7 @@ def _kill_while_writing(platform: Platform, job: str, attempt: int) -> str | Non
     """SIGKILL the program while its checkpoint directory holds a half-written checkpoint;
     the name of that checkpoint, or None if the write finished before the kill landed."""
     [record] = [r for r in platform.learners(job) if r["attempt"] == attempt]
-    checkpoints = Path(record["workdir"]) / "checkpoints"
+    checkpoints = Path(record["workdir"]) / "program" / "checkpoints"
     program = processes.training_pid(int(record["pid"]))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

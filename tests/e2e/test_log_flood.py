@@ -172,11 +172,11 @@ def test_lines_the_live_view_skips_are_announced_where_and_as_many_as_they_are(
     live = follower(platform, job_id, FROZEN_LINES).start()
     with frozen(platform.record().pids["redis"]):
         for workdir in workdirs.values():
-            (workdir / "model" / START_FILE).touch()
-        logs = {n: workdirs[n] / "logs" / f"learner-{n}.log" for n in workdirs}
+            (workdir / "program" / "model" / START_FILE).touch()
+        logs = {n: workdirs[n] / "program" / "logs" / f"learner-{n}.log" for n in workdirs}
         wait_until_written(logs, frozen_part - 1, TIMEOUT_S)
     for workdir in workdirs.values():
-        (workdir / "model" / RESUME_FILE).touch()
+        (workdir / "program" / "model" / RESUME_FILE).touch()
     check_after_the_end(platform, job_id, FROZEN_LINES, live)
     skipped = {n: follow.notices for n, follow in live.follows.items()}
     assert all(skipped.values()), f"gap notices per learner: {skipped}"

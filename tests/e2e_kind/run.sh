@@ -33,14 +33,32 @@ done
 
 kubectl --context "$CONTEXT" create namespace "$NAMESPACE" --dry-run=client -o yaml \
   | kubectl --context "$CONTEXT" apply -f -
+# The chart ships no secret. Strong ones are generated once per cluster and kept (readable by
+# this user only) outside the repository: the bundled PostgreSQL keeps its first password.
+SECRETS=${SECRETS:-${XDG_STATE_HOME:-$HOME/.local/state}/dlaas-e2e/$CLUSTER-secrets.yaml}
+if [ ! -s "$SECRETS" ]; then
+  (umask 077 && mkdir -p "$(dirname "$SECRETS")" && "$PYTHON" - > "$SECRETS" <<'PY'
+import secrets
+hex32 = lambda: secrets.token_hex(32)  # quoted below: YAML must not read one as a number
+print(f'adminToken: "{hex32()}"')
+print(f'postgresql: {{password: "{hex32()}"}}')
+print(f'redis: {{password: "{hex32()}"}}')
+print(f's3: {{accessKey: "{secrets.token_hex(20)}", secretKey: "{hex32()}"}}')
+PY
+  )
+fi
 if command -v helm >/dev/null; then
   helm --kube-context "$CONTEXT" upgrade --install dlaas helm/dlaas -n "$NAMESPACE" \
-    -f tests/e2e_kind/values-kind.yaml --wait --timeout 10m
+    -f tests/e2e_kind/values-kind.yaml -f "$SECRETS" --wait --timeout 10m
 else
-  HOME=$(mktemp -d) "$PYTHON" - "$NAMESPACE" <<'PY' | kubectl --context "$CONTEXT" -n "$NAMESPACE" apply -f -
+  HOME=$(mktemp -d) "$PYTHON" - "$NAMESPACE" "$SECRETS" <<'PY' | kubectl --context "$CONTEXT" -n "$NAMESPACE" apply -f -
 import sys, yaml
 from helm_python import chart
-values = yaml.safe_load(open("tests/e2e_kind/values-kind.yaml"))
+def merged(a, b):
+    return {**a, **{k: merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}
+values = merged(yaml.safe_load(open("tests/e2e_kind/values-kind.yaml")),
+                yaml.safe_load(open(sys.argv[2])))
 rendered = chart.Chart.load("helm/dlaas").render(values, name="dlaas", namespace=sys.argv[1])
 print("\n---\n".join(text for path, text in sorted(rendered.items()) if not path.endswith(".txt")))
 PY
@@ -49,5 +67,5 @@ for deployment in api worker beat monitor pod-watcher; do
   kubectl --context "$CONTEXT" -n "$NAMESPACE" rollout status "deployment/dlaas-$deployment" --timeout 10m
 done
 
-DLAAS_E2E_KUBE_CONTEXT="$CONTEXT" DLAAS_E2E_NAMESPACE="$NAMESPACE" DLAAS_E2E_TOKEN=e2e-admin-token \
+DLAAS_E2E_KUBE_CONTEXT="$CONTEXT" DLAAS_E2E_NAMESPACE="$NAMESPACE" \
   "$PYTHON" -m pytest -p no:cacheprovider -v tests/e2e_kind

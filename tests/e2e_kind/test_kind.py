@@ -4,11 +4,13 @@ COMPLETED, its learners as pods with the kubernetes backend.
 Set up by `make e2e-kind` (tests/e2e_kind/run.sh). Skipped, with the reason, when kubectl is
 missing, the cluster does not answer, or dlaas is not installed there. Environment:
 `DLAAS_E2E_KUBE_CONTEXT` (default `kind-dlaas-e2e`), `DLAAS_E2E_NAMESPACE` (`dlaas`),
-`DLAAS_E2E_TOKEN` (`e2e-admin-token`, the admin token of tests/e2e_kind/values-kind.yaml).
+`DLAAS_E2E_TOKEN` (default: the admin token in the release's Secret, which run.sh
+generated).
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -26,7 +28,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = os.environ.get("DLAAS_E2E_KUBE_CONTEXT", "kind-dlaas-e2e")
 NAMESPACE = os.environ.get("DLAAS_E2E_NAMESPACE", "dlaas")
-TOKEN = os.environ.get("DLAAS_E2E_TOKEN", "e2e-admin-token")
 JOB_TIMEOUT_S = 900
 
 
@@ -53,6 +54,16 @@ def why_not_reachable() -> str | None:
     if installed.returncode != 0:
         return f"dlaas is not installed in {CONTEXT}/{NAMESPACE} (run `make e2e-kind`)"
     return None
+
+
+def admin_token() -> str:
+    """DLAAS_E2E_TOKEN, else the admin token of the release's Secret."""
+    if os.environ.get("DLAAS_E2E_TOKEN"):
+        return os.environ["DLAAS_E2E_TOKEN"]
+    path = "jsonpath={.data.DLAAS_ADMIN_TOKEN}"
+    answer = kubectl("-n", NAMESPACE, "get", "secret", "dlaas", "-o", path)
+    assert answer.returncode == 0 and answer.stdout, f"no admin token: {answer.stderr}"
+    return base64.b64decode(answer.stdout).decode()
 
 
 def free_port() -> int:
@@ -92,7 +103,7 @@ def api_url() -> Iterator[str]:
 
 
 def dlaas(url: str, *args: str, timeout: float = 120) -> str:
-    env = {**os.environ, "DLAAS_URL": url, "DLAAS_TOKEN": TOKEN}
+    env = {**os.environ, "DLAAS_URL": url, "DLAAS_TOKEN": admin_token()}
     cli = Path(sys.executable).parent / "dlaas"
     done = subprocess.run(
         [str(cli), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout

@@ -1,26 +1,23 @@
 """The bundled S3 server (SeaweedFS's `weed mini`), run with the environment
-docker-compose.yml gives it, accepts the credentials dlaas is configured with and refuses
-every other request."""
+docker-compose.yml gives it (with the keys `dlaas secrets compose` generates), accepts the
+credentials dlaas is configured with and refuses every other request."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from botocore.exceptions import ClientError
 
 from storage.object_store import S3ObjectStore
-from tests import services
+from tests import compose_file, services
 
-COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+ENV = compose_file.generated_env()
 
 
 def compose_services() -> dict[str, Any]:
-    services_: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]
-    return services_
+    return compose_file.services(ENV)
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +34,14 @@ def bundled_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 def test_compose_gives_the_s3_server_the_credentials_dlaas_uses() -> None:
     compose = compose_services()
     server = compose["s3"]["environment"]
-    for name in ("api", "worker", "beat", "monitor", "agent"):
+    for name in ("api", "worker", "beat", "monitor"):
         dlaas = compose[name]["environment"]
         assert (dlaas["DLAAS_S3_ACCESS_KEY"], dlaas["DLAAS_S3_SECRET_KEY"]) == (
             server["AWS_ACCESS_KEY_ID"],
             server["AWS_SECRET_ACCESS_KEY"],
         )
+    # The node agent holds none: a learner gets what its job needs from its spec.
+    assert not {"DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY"} & set(compose["agent"]["environment"])
 
 
 def test_dlaas_credentials_work(bundled_s3: tuple[str, tuple[str, str]]) -> None:

@@ -157,14 +157,14 @@ if where == "mid-part":
 
     client.upload_part = counted_part
 else:
-    put_file = store.put_file
+    put_stream = store.put_stream
 
-    def put(key, path, progress=None):
+    def put(key, stream, progress=None):
         if key.endswith("/COMMITTED"):
             stop()
-        put_file(key, path, progress)
+        return put_stream(key, stream, progress)
 
-    store.put_file = put
+    store.put_stream = put
 CheckpointUploader(store, job, pathlib.Path(ckpt_dir), 2, print, print, already).sync_once()
 print("uploaded", flush=True)
 """

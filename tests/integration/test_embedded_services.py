@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import secrets
+import socket
+import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
+import redis
 
 from cli import embedded
+from cli.config import private_dir, write_private
 from tests.services import free_port
 
 
@@ -31,7 +38,14 @@ def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
     assert env["DLAAS_REDIS_URL"] == record.redis_url
     assert env["DLAAS_AGENT_URL"] == record.agent_url
     agent, _ = embedded.service_command(record, "agent", token="t", environ={})
-    assert agent[-4:] == ["--port", "18471", "--root", str(tmp_path / "agent")]
+    assert agent[-6:] == [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "18471",
+        "--root",
+        str(tmp_path / "agent"),
+    ]
     redis, redis_env = embedded.service_command(record, "redis", token="t", environ={})
     assert redis[redis.index("--port") + 1] == "16479"
     assert redis[redis.index("--dir") + 1] == str(tmp_path / "redis")
@@ -39,6 +53,43 @@ def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
     for name in ("worker", "monitor"):
         command, _ = embedded.service_command(record, name, token="t", environ={})
         assert command[-1] == f"lifecycle_manager.{name}"
+
+
+def test_only_the_agent_and_the_lifecycle_manager_get_the_agents_token(tmp_path: Path) -> None:
+    record = _record(tmp_path)
+    # The caller's own secrets never override the platform's.
+    environ = {"DLAAS_AGENT_TOKEN": "mine", "DLAAS_ADMIN_TOKEN": "mine-too"}
+    for name in embedded.SERVICES:
+        _argv, env = embedded.service_command(record, name, token="t0ken", environ=environ)
+        assert "DLAAS_AGENT_TOKEN" not in env
+        assert env.get("DLAAS_ADMIN_TOKEN") == ("t0ken" if name == "api" else None)
+        wanted = str(tmp_path / "agent-token") if name in ("agent", "worker", "monitor") else None
+        assert env.get("DLAAS_AGENT_TOKEN_FILE") == wanted, name
+
+
+def test_the_private_redis_requires_its_password_which_no_command_line_shows(
+    tmp_path: Path,
+) -> None:
+    password = secrets.token_hex(32)
+    record = _record(tmp_path)
+    record.redis_url = f"redis://:{password}@127.0.0.1:{free_port()}/0"
+    record.pids = {}
+    record.save()
+    private_dir(tmp_path / "logs")
+    try:
+        pid = embedded.start_service(tmp_path, "redis", environ={})  # waits until it answers
+        with redis.Redis.from_url(record.redis_url) as client:
+            assert client.ping()
+        port = int(record.redis_url.rsplit(":", 1)[1].split("/")[0])
+        assert _ask(port, b"PING").startswith(b"-NOAUTH")
+        assert _ask(port, b"XADD dlaas:learner-events * forged 1").startswith(b"-NOAUTH")
+        assert _ask(port, b"AUTH wrong-password").startswith(b"-WRONGPASS")
+        assert _ask(port, b"AUTH " + password.encode(), b"PING") == b"+OK\r\n+PONG\r\n"
+        assert password not in Path(f"/proc/{pid}/cmdline").read_text()
+        config = tmp_path / "redis" / embedded.REDIS_CONFIG
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    finally:
+        embedded.stop(tmp_path)
 
 
 def test_an_unknown_service_or_platform_is_named_in_the_error(tmp_path: Path) -> None:
@@ -71,3 +122,43 @@ def test_a_crashed_service_starts_again_as_before_with_its_new_pid_on_record(
         assert restarted.redis_url == record.redis_url
     finally:
         embedded.stop(tmp_path)
+
+
+def _ask(port: int, *commands: bytes) -> bytes:
+    """What Redis on `port` answers to `commands` (inline protocol) on one new connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"".join(command + b"\r\n" for command in commands))
+        answer = b""
+        while answer.count(b"\r\n") < len(commands):
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "agent-from-before-tokens"])
+def test_dlaas_down_stops_the_learners_through_the_agent_with_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_token: bool
+) -> None:
+    record = _record(tmp_path)
+    if with_token:
+        write_private(record.agent_token_path, "a-token\n")
+    sent: list[tuple[str, str, dict[str, str]]] = []
+    listed = {"learners": [{"job": "j1", "phase": "Running"}, {"job": "j2", "phase": "Failed"}]}
+
+    def answer(method: str) -> Callable[..., httpx.Response]:
+        def call(url: str, *, headers: dict[str, str], **_: object) -> httpx.Response:
+            sent.append((method, url, headers))
+            return httpx.Response(200, json=listed if method == "GET" else {"gone": True})
+
+        return call
+
+    monkeypatch.setattr(httpx, "get", answer("GET"))
+    monkeypatch.setattr(httpx, "delete", answer("DELETE"))
+    assert embedded.stop_learners(record, wait_s=1) == ["j1"]
+    expected = {"Authorization": "Bearer a-token"} if with_token else {}
+    assert sent == [
+        ("GET", f"{record.agent_url}/learners", expected),
+        ("DELETE", f"{record.agent_url}/jobs/j1", expected),
+    ]

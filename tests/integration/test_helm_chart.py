@@ -1,10 +1,14 @@
 """The Helm chart: lint-clean, and everything it renders, with the default and with full
-values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are dlaas's."""
+values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are dlaas's. It
+ships no secret: without strong ones given, it refuses to render and names the fix."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -13,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cli.secrets import KNOWN_DEFAULTS
 from storage.settings import Settings
 from tests.heartbeat_probe import (
     assert_beat_refreshes_its_heartbeat,
@@ -24,6 +29,48 @@ CHART = Path(__file__).resolve().parents[2] / "helm" / "dlaas"
 VERSIONS = ("1.30.0", "1.37.0")
 RELEASE = "dlaas"
 NAMESPACE = "dlaas-system"
+
+# What an installation gives the chart: `--set adminToken=$(openssl rand -hex 32)` and so on.
+SECRETS: dict[str, Any] = {
+    "adminToken": secrets.token_hex(32),
+    "postgresql": {"password": secrets.token_hex(32)},
+    "redis": {"password": secrets.token_hex(32)},
+    "s3": {"accessKey": secrets.token_hex(20), "secretKey": secrets.token_hex(32)},
+}
+SECRET_VALUES = [
+    "adminToken",
+    "postgresql.password",
+    "redis.password",
+    "s3.accessKey",
+    "s3.secretKey",
+]
+
+
+def merged(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Values files given one after the other (`-f a -f b`): later keys win, maps merge."""
+    result: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(result.get(key), dict):
+                result[key] = merged(result[key], value)
+            else:
+                result[key] = copy.deepcopy(value)
+    return result
+
+
+def with_value(path: str, value: Any) -> dict[str, Any]:
+    """The chart's secrets with `path` (dotted) set to `value` (None: left out)."""
+    values = copy.deepcopy(SECRETS)
+    *parents, last = path.split(".")
+    holder = values
+    for key in parents:
+        holder = holder[key]
+    if value is None:
+        del holder[last]
+    else:
+        holder[last] = value
+    return values
+
 
 FULL_VALUES: dict[str, Any] = {
     "images": {"pullPolicy": "Always", "pullSecrets": [{"name": "regcred"}]},
@@ -99,8 +146,8 @@ def render(helm: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def rendered(helm: Any) -> dict[str, list[dict[str, Any]]]:
     return {
-        "default": render(helm, {}),
-        "full": render(helm, FULL_VALUES),
+        "default": render(helm, SECRETS),
+        "full": render(helm, merged(SECRETS, FULL_VALUES)),
         "external": render(helm, EXTERNAL_VALUES),
     }
 
@@ -110,7 +157,9 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 
 @pytest.mark.parametrize(
-    "values", [{}, FULL_VALUES, EXTERNAL_VALUES], ids=["default", "full", "external"]
+    "values",
+    [SECRETS, merged(SECRETS, FULL_VALUES), EXTERNAL_VALUES],
+    ids=["default", "full", "external"],
 )
 def test_lint_is_clean(helm: Any, values: dict[str, Any]) -> None:
     report = helm.chart.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
@@ -234,3 +283,149 @@ def test_the_config_map_is_settings_dlaas_reads(
     assert settings.kube_learner_gpu_image == "dlaas-learner:0.1.0-cuda"
     assert settings.s3_endpoint_url == f"http://{RELEASE}-s3.{NAMESPACE}.svc:8333"
     assert settings.max_archive_bytes == 536870912
+    # learner pods may reach this release's redis, s3 and api pods
+    assert settings.kube_platform_namespace == NAMESPACE
+    assert settings.kube_learner_egress_cidrs == []
+    assert settings.kube_learner_ephemeral_storage == "50Gi"
+
+
+def test_only_the_lifecycle_manager_may_act_in_the_cluster(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["full"])
+    lifecycle, api = f"{RELEASE}-lifecycle-manager", f"{RELEASE}-api"
+    assert ("ServiceAccount", lifecycle) in objects
+    assert objects[("ServiceAccount", api)]["automountServiceAccountToken"] is False
+    for component in ("worker", "beat", "monitor", "pod-watcher"):
+        pod = objects[("Deployment", f"{RELEASE}-{component}")]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == lifecycle
+    pod = objects[("Deployment", api)]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == api and pod["automountServiceAccountToken"] is False
+    bound = [
+        subject["name"]
+        for obj in objects.values()
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for subject in obj["subjects"]
+    ]
+    assert bound and set(bound) == {lifecycle}
+
+
+def test_the_bundled_stores_take_connections_only_from_dlaas_pods(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["default"])
+    control_plane = {"api", "worker", "beat", "monitor", "pod-watcher"}
+    for component, learners_too in (("postgresql", False), ("redis", True), ("s3", True)):
+        policy = objects[("NetworkPolicy", f"{RELEASE}-{component}")]["spec"]
+        assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        assert policy["policyTypes"] == ["Ingress"]
+        [rule] = policy["ingress"]
+        sources = rule["from"]
+        [expression] = sources[0]["podSelector"]["matchExpressions"]
+        assert set(expression["values"]) == control_plane
+        assert (len(sources) == 2) is learners_too
+        if learners_too:
+            assert sources[1]["podSelector"]["matchLabels"]["dlaas.io/role"] == "learner"
+    external = by_kind(rendered["external"])
+    assert not [name for kind, name in external if kind == "NetworkPolicy"]
+
+
+def refusal(helm: Any, values: dict[str, Any]) -> str:
+    """The message with which the chart refuses to render `values`."""
+    with pytest.raises(helm.errors.HelmRenderError) as refused:
+        render(helm, values)
+    return str(refused.value)
+
+
+def test_with_no_values_the_chart_refuses_to_render_naming_the_fix(helm: Any) -> None:
+    message = refusal(helm, {})
+    assert "is empty: the chart ships no default secret" in message
+    assert "openssl rand -hex 32" in message and "existingSecret" in message
+    # (`helm lint` does not run `fail`, as Helm never does when linting: render to see it.)
+
+
+@pytest.mark.parametrize("path", SECRET_VALUES)
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (None, "is empty"),
+        ("", "is empty"),
+        ("change-me-admin-token", "is a well-known default"),
+        ("Dlaas-Secret", "is a well-known default"),
+        ("e2e-admin-token", "is a well-known default"),
+        ("f" * 31, "is shorter than 32 characters"),
+    ],
+    ids=["missing", "empty", "old-default", "default-any-case", "old-e2e", "short"],
+)
+def test_a_missing_default_or_short_secret_fails_rendering_naming_it_and_the_fix(
+    helm: Any, path: str, value: str | None, why: str
+) -> None:
+    message = refusal(helm, with_value(path, value))
+    assert f"{path} {why}" in message
+    assert f"--set {path}=$(openssl rand -hex 32)" in message
+    assert "existingSecret" in message
+
+
+@pytest.mark.parametrize("path", ["postgresql.password", "redis.password"])
+def test_a_password_that_goes_into_a_url_must_keep_its_characters(helm: Any, path: str) -> None:
+    message = refusal(helm, with_value(path, "p@ss/word:" + "x" * 32))
+    assert f"{path} goes into a URL" in message
+
+
+def test_a_secret_the_chart_does_not_use_is_not_required(helm: Any) -> None:
+    external = merged(
+        with_value("postgresql.password", None),
+        with_value("redis.password", None),
+        {
+            "postgresql": {"enabled": False, "externalUrl": "postgresql+asyncpg://u:p@db/dlaas"},
+            "redis": {"enabled": False, "externalUrl": "redis://:p@redis:6379/0"},
+        },
+    )
+    del external["postgresql"]["password"], external["redis"]["password"]
+    objects = by_kind(render(helm, external))
+    assert "POSTGRES_PASSWORD" not in objects[("Secret", RELEASE)]["stringData"]
+    assert "REDIS_PASSWORD" not in objects[("Secret", RELEASE)]["stringData"]
+
+
+def test_the_charts_defaults_are_those_dlaas_secrets_refuses() -> None:
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    listed = re.search(r'define "dlaas.knownDefaults" -}}\n(.*?)\n', helpers)
+    assert listed is not None
+    assert set(listed.group(1).split()) == KNOWN_DEFAULTS
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for path in SECRET_VALUES:
+        holder = values
+        for key in path.split("."):
+            holder = holder[key]
+        assert holder == "", f"values.yaml ships a value for {path}"
+
+
+def test_the_bundled_redis_requires_the_password_dlaas_connects_with(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["default"])
+    secret = objects[("Secret", RELEASE)]["stringData"]
+    password = SECRETS["redis"]["password"]
+    assert secret["REDIS_PASSWORD"] == password
+    assert secret["DLAAS_REDIS_URL"] == (
+        f"redis://:{password}@{RELEASE}-redis.{NAMESPACE}.svc:6379/0"
+    )
+    redis = objects[("Deployment", f"{RELEASE}-redis")]["spec"]["template"]["spec"]
+    [container] = redis["containers"]
+    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
+    assert env["REDISCLI_AUTH"] == {"name": RELEASE, "key": "REDIS_PASSWORD"}
+    script = container["command"][-1]
+    assert container["command"][:2] == ["sh", "-c"]
+    assert "requirepass $REDISCLI_AUTH" in script and password not in script
+    assert container["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+
+
+def test_no_rendered_object_carries_a_default_secret(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    text = json.dumps(rendered).lower()
+    for default in KNOWN_DEFAULTS - {"dlaas", "admin", "secret", "password"}:
+        assert default not in text, default
+    secret = by_kind(rendered["default"])[("Secret", RELEASE)]["stringData"]
+    assert secret["DLAAS_ADMIN_TOKEN"] == SECRETS["adminToken"]
+    assert f":{SECRETS['postgresql']['password']}@" in secret["DLAAS_DATABASE_URL"]

@@ -78,6 +78,13 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     assert secret["stringData"]["DLAAS_JOB_TOKEN"].startswith("dlaasjob_")
     assert "DLAAS_S3_SECRET_KEY" not in secret["stringData"]
     assert "very-secret-key" not in json.dumps(secret)
+    [policy] = emulator.objects("networkpolicies", namespace)
+    assert policy["metadata"]["name"] == root
+    assert policy["metadata"]["ownerReferences"] == [owner]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "dlaas.io/job": job_id,
+        "dlaas.io/role": "learner",
+    }
 
     pod = pods[1]
     labels = pod["metadata"]["labels"]
@@ -96,7 +103,12 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     [learner] = spec["containers"]
     assert learner["resources"] == {
         "requests": {"cpu": "2000m", "memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
-        "limits": {"memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
+        "limits": {
+            "cpu": "2000m",
+            "memory": str(4 * 2**30),
+            "nvidia.com/gpu": "1",
+            "ephemeral-storage": "50Gi",
+        },
     }
     env = {item["name"]: item for item in learner["env"]}
     assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
 import signal
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -17,9 +20,11 @@ import pytest
 import redis
 
 from lifecycle_manager.agent_learners import LEARNER_NICENESS, group_is_running
-from lifecycle_manager.backends.base import learner_name
+from lifecycle_manager.backends.base import BackendUnavailable, learner_name
+from lifecycle_manager.backends.local import LocalBackend
 from storage import streams
 from storage.exit_reports import ExitReport
+from tests import services
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import AGENT_GRACE_S, Agent, start_agent
 
@@ -45,7 +50,7 @@ def put(
         **extra,
     }
     name = learner_name(job, learner, attempt)
-    return httpx.put(f"{agent.url}/learners/{name}", json=body, timeout=10)
+    return httpx.put(f"{agent.url}/learners/{name}", json=body, headers=agent.headers, timeout=10)
 
 
 def stream_end(client: redis.Redis) -> str:
@@ -88,7 +93,9 @@ def test_create_is_idempotent(agent: Agent) -> None:
 
 def test_a_name_that_does_not_match_the_body_is_refused(agent: Agent) -> None:
     body = {"job": "j", "learner": 1, "attempt": 1, "num_learners": 1, "command": ["true"]}
-    answer = httpx.put(f"{agent.url}/learners/dlaas-other-learner-1-a1", json=body)
+    answer = httpx.put(
+        f"{agent.url}/learners/dlaas-other-learner-1-a1", json=body, headers=agent.headers
+    )
     assert answer.status_code == 422
     assert "dlaas-j-learner-1-a1" in answer.json()["detail"]
 
@@ -180,11 +187,11 @@ def test_the_learner_gets_its_directories_and_environment(agent: Agent) -> None:
         envs[learner] = json.loads((workdir / "env.json").read_text())
         env = envs[learner]
         for name, sub in {
-            "MODEL_DIR": "model",
-            "DATA_DIR": "data",
-            "RESULT_DIR": "result",
-            "LOG_DIR": "logs",
-            "CHECKPOINT_DIR": "checkpoints",
+            "MODEL_DIR": "program/model",
+            "DATA_DIR": "program/data",
+            "RESULT_DIR": "program/result",
+            "LOG_DIR": "program/logs",
+            "CHECKPOINT_DIR": "program/checkpoints",
         }.items():
             assert env[name] == str(workdir / sub)
             assert Path(env[name]).is_dir()
@@ -204,7 +211,7 @@ def test_delete_stops_the_whole_process_group(agent: Agent, redis_client: redis.
     pid = put(agent, job, 1, ["/bin/sh", "-c", "sleep 60 & sleep 60; wait"]).json()["pid"]
     time.sleep(0.2)
     assert not gone(pid)
-    answer = httpx.delete(f"{agent.url}/jobs/{job}", params={"wait": 5}, timeout=10).json()
+    answer = agent.http.delete(f"/jobs/{job}", params={"wait": 5}).json()
     assert answer == {"deleted": [learner_name(job, 1, 1)], "gone": True}
     assert gone(pid)
     assert agent.learners(job) == []
@@ -219,11 +226,11 @@ def test_a_delete_up_to_an_attempt_spares_the_newer_ones(agent: Agent) -> None:
     for learner, attempt in ((1, 1), (2, 1), (1, 2), (2, 3)):
         put(agent, job, learner, ["sleep", "60"], attempt, num_learners=2)
     older = {"wait": 5, "up_to_attempt": 1}
-    answer = httpx.delete(f"{agent.url}/jobs/{job}", params=older, timeout=10).json()
+    answer = agent.http.delete(f"/jobs/{job}", params=older).json()
     assert sorted(answer["deleted"]) == [learner_name(job, 1, 1), learner_name(job, 2, 1)]
     assert answer["gone"]
-    one = httpx.delete(
-        f"{agent.url}/jobs/{job}/learners/2", params={"wait": 5, "up_to_attempt": 2}, timeout=10
+    one = agent.http.delete(
+        f"/jobs/{job}/learners/2", params={"wait": 5, "up_to_attempt": 2}
     ).json()
     assert one == {"deleted": [], "gone": True}  # learner 2 runs attempt 3 now
     left = sorted((item["learner"], item["attempt"]) for item in agent.learners(job))
@@ -239,7 +246,7 @@ def test_delete_kills_after_the_grace_what_ignores_sigterm(
     pid = put(agent, job, 1, [PY, "-c", stubborn]).json()["pid"]
     time.sleep(0.3)
     started = time.monotonic()
-    answer = httpx.delete(f"{agent.url}/jobs/{job}", params={"wait": 10}, timeout=15).json()
+    answer = agent.http.delete(f"/jobs/{job}", params={"wait": 10}, timeout=15).json()
     assert answer["gone"] is True
     assert time.monotonic() - started >= AGENT_GRACE_S - 0.1
     assert gone(pid)
@@ -308,7 +315,7 @@ def test_a_restarted_agent_re_adopts_live_learners_and_reads_what_ended_meanwhil
     assert not gone(survivor["pid"])
     after = stream_end(redis_client)
     port = int(agent.url.rsplit(":", 1)[1])
-    agent.process = start_agent(agent.root, redis_url, port=port).process
+    agent.process = start_agent(agent.root, redis_url, port=port, token=agent.token).process
     learners = {item["learner"]: item for item in agent.learners(job)}
     assert learners[1]["phase"] == "Running"
     assert learners[1]["pid"] == survivor["pid"]
@@ -335,4 +342,129 @@ def _learner(event: streams.LearnerEvent) -> int:
 
 @pytest.mark.parametrize("path", ["/healthz", "/learners"])
 def test_read_endpoints_answer(agent: Agent, path: str) -> None:
-    assert httpx.get(f"{agent.url}{path}").status_code == 200
+    assert httpx.get(f"{agent.url}{path}", headers=agent.headers).status_code == 200
+
+
+# -- who may drive the agent ---------------------------------------------------------------
+
+ROUTES = [
+    ("GET", "/healthz"),
+    ("GET", "/learners"),
+    ("PUT", "/learners/dlaas-j-learner-1-a1"),
+    ("DELETE", "/learners/dlaas-j-learner-1-a1"),
+    ("DELETE", "/jobs/j"),
+    ("DELETE", "/jobs/j/learners/1"),
+    ("GET", "/docs"),
+    ("GET", "/no-such-route"),
+]
+PUT_BODY = {"job": "j", "learner": 1, "attempt": 1, "num_learners": 1, "command": ["touch", "x"]}
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_every_request_without_the_agents_token_is_refused(
+    agent: Agent, method: str, path: str
+) -> None:
+    wrong = "x" * len(agent.token)  # as long as the right one: only the bytes differ
+    for headers in ({}, {"Authorization": f"Bearer {wrong}"}, {"Authorization": agent.token}):
+        answer = httpx.request(method, f"{agent.url}{path}", json=PUT_BODY, headers=headers)
+        assert answer.status_code == 401, (headers, answer.text)
+        assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert agent.learners() == []  # nothing was started
+    assert not (agent.root / "jobs" / "j").exists()
+
+
+@pytest.mark.parametrize(
+    "host", ["attacker.example", "127.0.0.1.nip.io", "agent", "localhost:1", "10.0.0.1"]
+)
+def test_a_request_naming_another_host_is_refused_even_with_the_token(
+    agent: Agent, host: str
+) -> None:
+    """What a page that rebinds its DNS name to 127.0.0.1 sends: its own name as Host."""
+    port = agent.url.rsplit(":", 1)[1]
+    for named in (host, f"{host}:{port}") if ":" not in host else (host,):
+        headers = {**agent.headers, "Host": named}
+        answer = httpx.put(
+            f"{agent.url}/learners/dlaas-j-learner-1-a1", json=PUT_BODY, headers=headers
+        )
+        assert answer.status_code == 421, (named, answer.text)
+        assert "DLAAS_AGENT_ALLOWED_HOSTS" in answer.json()["detail"]
+    assert agent.learners() == []
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "LocalHost"])
+def test_the_agents_own_loopback_names_are_answered(agent: Agent, host: str) -> None:
+    port = agent.url.rsplit(":", 1)[1]
+    headers = {**agent.headers, "Host": f"{host}:{port}"}
+    assert httpx.get(f"{agent.url}/healthz", headers=headers).status_code == 200
+
+
+def test_the_lifecycle_manager_with_a_wrong_token_is_told_which_setting_to_fix(
+    agent: Agent,
+) -> None:
+    async def listed() -> None:
+        backend = LocalBackend(agent.url, token="y" * 43)
+        try:
+            await backend.list_learners()
+        finally:
+            await backend.aclose()
+
+    with pytest.raises(BackendUnavailable, match="DLAAS_AGENT_TOKEN"):
+        asyncio.run(listed())
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses of sockets listening on TCP `port` (IPv4, from /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, local_port = local.split(":")
+        if int(local_port, 16) == port and state == "0A":  # LISTEN
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+def _agent_env(home: Path, redis_url: str, **extra: str) -> dict[str, str]:
+    """Only what the agent needs: no database, no object store, no S3 key."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "DLAAS_REDIS_URL": redis_url, **extra}
+
+
+def test_the_agent_binds_loopback_and_needs_nothing_but_redis_and_its_token(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    port, token = services.free_port(), secrets.token_hex(32)
+    argv = [PY, "-m", "lifecycle_manager.node_agent", "--port", str(port), "--root", "root"]
+    env = _agent_env(tmp_path, redis_url, DLAAS_AGENT_TOKEN=token)
+    process = services.start_process("agent", argv, tmp_path, env=env)
+    agent = Agent(f"http://127.0.0.1:{port}", tmp_path / "root", process, token)
+    try:
+        services.wait_until(lambda: agent.http.get("/healthz").is_success, process, 30, "up")
+        assert _listening_addresses(port) == {"127.0.0.1"}
+        job, after = new_job(), stream_end(redis_client)
+        assert put(agent, job, 1, ["true"]).status_code == 201
+        (_, event), *_ = exits_of(redis_client, job, after, 1)
+        assert event.fields["exit_code"] == "0"
+        assert not (tmp_path / ".dlaas").exists()  # no database, no objects of its own
+    finally:
+        agent.delete_all()
+        process.stop()
+        agent.http.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "refusal"),
+    [
+        ({}, "requires a token"),
+        ({"DLAAS_AGENT_TOKEN": "short-token"}, "shorter than 32 characters"),
+        ({"DLAAS_AGENT_TOKEN_FILE": "/nonexistent/agent-token"}, "cannot read"),
+    ],
+    ids=["none", "short", "unreadable"],
+)
+def test_the_agent_refuses_to_start_without_a_strong_token(
+    tmp_path: Path, redis_url: str, extra: dict[str, str], refusal: str
+) -> None:
+    argv = [PY, "-m", "lifecycle_manager.node_agent", "--port", "1", "--root", str(tmp_path)]
+    env = _agent_env(tmp_path, redis_url, **extra)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert refusal in done.stderr
+    assert "openssl rand -hex 32" in done.stderr or "DLAAS_AGENT_TOKEN_FILE" in done.stderr

@@ -48,7 +48,7 @@ async def test_send_task_by_name_deploys_a_job(
 ) -> None:
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
     upgrade(database_url)
-    settings = lm_settings(tmp_path, database_url, redis_url, agent.url)
+    settings = lm_settings(tmp_path, database_url, redis_url, agent)
     ctx = open_context(settings)
     try:
         async with ctx.sessions.begin() as session:
@@ -68,6 +68,7 @@ async def test_send_task_by_name_deploys_a_job(
             "DLAAS_DATABASE_URL": database_url,
             "DLAAS_REDIS_URL": redis_url,
             "DLAAS_AGENT_URL": agent.url,
+            "DLAAS_AGENT_TOKEN": agent.token,
             "DLAAS_OBJECTS_DIR": str(settings.objects_dir),
         }
         worker = services.start_process(

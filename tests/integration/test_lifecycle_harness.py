@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -43,32 +44,51 @@ class Agent:
     url: str
     root: Path
     process: ServiceProcess
+    token: str
+    # A client of the agent that sends its token (paths relative to `url`).
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=10)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
     def learners(self, job: str | None = None) -> list[dict[str, object]]:
         params = {"job": job} if job else {}
-        items: list[dict[str, object]] = httpx.get(f"{self.url}/learners", params=params).json()[
+        items: list[dict[str, object]] = self.http.get("/learners", params=params).json()[
             "learners"
         ]
         return items
 
     def delete_all(self) -> None:
         for job in {str(item["job"]) for item in self.learners()}:
-            httpx.delete(f"{self.url}/jobs/{job}", params={"wait": 10}, timeout=15)
+            self.http.delete(f"/jobs/{job}", params={"wait": 10}, timeout=15)
 
 
-def start_agent(root: Path, redis_url: str, port: int | None = None) -> Agent:
+def start_agent(
+    root: Path, redis_url: str, port: int | None = None, token: str | None = None
+) -> Agent:
+    """A node agent on `port` (a free one by default) requiring `token` (a new one)."""
     port = port or services.free_port()
-    env = {**os.environ, "DLAAS_REDIS_URL": redis_url, "DLAAS_PROBE_SECRET": "agent-only"}
+    token = token or secrets.token_urlsafe(32)
+    env = {
+        **os.environ,
+        "DLAAS_REDIS_URL": redis_url,
+        "DLAAS_AGENT_TOKEN": token,
+        "DLAAS_PROBE_SECRET": "agent-only",
+    }
     argv = [
         sys.executable, "-m", "lifecycle_manager.node_agent", "--port", str(port),
         "--root", str(root), "--grace", str(AGENT_GRACE_S),
     ]  # fmt: skip
     process = services.start_process("agent", argv, root.parent / f"agent-{port}", env=env)
-    url = f"http://127.0.0.1:{port}"
+    agent = Agent(f"http://127.0.0.1:{port}", root, process, token)
     services.wait_until(
-        lambda: httpx.get(f"{url}/healthz").status_code == 200, process, 30, "healthz"
+        lambda: agent.http.get("/healthz").status_code == 200, process, 30, "healthz"
     )
-    return Agent(url, root, process)
+    return agent
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +99,7 @@ def shared_agent(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> It
     finally:
         agent.delete_all()
         agent.process.stop()
+        agent.http.close()
 
 
 @pytest.fixture
@@ -114,12 +135,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         server.drop_database(name)
 
 
-def lm_settings(tmp_path: Path, database_url: str, redis_url: str, agent_url: str) -> Settings:
+def lm_settings(tmp_path: Path, database_url: str, redis_url: str, agent: Agent) -> Settings:
     return Settings(
         home=tmp_path / "home",
         database_url=database_url,
         redis_url=redis_url,
-        agent_url=agent_url,
+        agent_url=agent.url,
+        agent_token=agent.token,
         objects_dir=tmp_path / "objects",
     )
 
@@ -131,7 +153,7 @@ TEST_TIMINGS = Timings(stop_wait_s=5.0, requeue_after_s=0.0, deploy_grace_s=30.0
 async def ctx(
     tmp_path: Path, database_url: str, redis_url: str, agent: Agent
 ) -> AsyncIterator[Context]:
-    context = open_context(lm_settings(tmp_path, database_url, redis_url, agent.url), TEST_TIMINGS)
+    context = open_context(lm_settings(tmp_path, database_url, redis_url, agent), TEST_TIMINGS)
     recoveries: list[asyncio.Task[None]] = []
 
     async def recover_directly(job_id: str, delay_s: float) -> None:

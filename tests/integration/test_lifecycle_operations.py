@@ -326,7 +326,7 @@ async def test_reconcile_applies_missed_exits_and_recovers_jobs_whose_learners_v
         async with ctx.sessions.begin() as session:  # what status events would have said
             await repo.set_learner_state(session, job_id, 1, 1, LearnerState.RUNNING.value)
             await repo.transition(session, job_id, JobState.RUNNING, "training")
-    httpx.delete(f"{agent.url}/jobs/{lost}", params={"wait": 5}, timeout=10)
+    httpx.delete(f"{agent.url}/jobs/{lost}", params={"wait": 5}, headers=agent.headers, timeout=10)
     await eventually(
         lambda: _phase_is(agent, crashed, "Failed"), what="the crashing learner to exit"
     )
@@ -398,7 +398,9 @@ async def test_deploy_waits_with_a_reason_while_the_agent_is_unreachable(
 ) -> None:
     job_id = await make_job(ctx, "sleep 30")
     reachable = ctx.backend
-    ctx.backend = LocalBackend(f"http://127.0.0.1:{services.free_port()}", timeout=2)
+    ctx.backend = LocalBackend(
+        f"http://127.0.0.1:{services.free_port()}", token=agent.token, timeout=2
+    )
     try:
         outcome = await operations.deploy_job(ctx, job_id)
     finally:

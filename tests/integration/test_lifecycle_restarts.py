@@ -125,7 +125,11 @@ async def test_a_learner_stopped_while_the_job_should_run_resumes_without_a_rest
     # Stopped through its agent on a request that was not the lifecycle manager's, as
     # `dlaas down` stops every learner.
     await asyncio.to_thread(
-        httpx.delete, f"{agent.url}/jobs/{job_id}", params={"wait": 10}, timeout=15
+        httpx.delete,
+        f"{agent.url}/jobs/{job_id}",
+        params={"wait": 10},
+        headers=agent.headers,
+        timeout=15,
     )
 
     async def next_attempt_deployed() -> bool:
@@ -149,7 +153,11 @@ async def test_a_monitor_told_to_stop_first_handles_what_its_learners_reported(
     await operations.deploy_job(ctx, job_id)
     await streams.aensure_learner_group(ctx.redis, CONSUMER_GROUP)
     await asyncio.to_thread(
-        httpx.delete, f"{agent.url}/jobs/{job_id}", params={"wait": 10}, timeout=15
+        httpx.delete,
+        f"{agent.url}/jobs/{job_id}",
+        params={"wait": 10},
+        headers=agent.headers,
+        timeout=15,
     )
     stop = asyncio.Event()
     stop.set()  # as `dlaas down` stops the monitor right after the learners

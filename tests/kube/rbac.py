@@ -7,5 +7,6 @@ NAMESPACED = {
     "pods": {"create", "delete", "list", "watch"},
     "services": {"create", "delete"},
     "secrets": {"create", "delete", "patch"},
+    "networkpolicies": {"create", "delete"},
 }
 CLUSTER_WIDE = {"nodes": {"list"}, "pods": {"list"}}

@@ -12,6 +12,7 @@ from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.backends.kubernetes.manifests import (
     PodOptions,
     check_name,
+    network_policy_manifest,
     pod_manifest,
     secret_manifest,
     service_manifest,
@@ -27,6 +28,9 @@ FULL_OPTIONS = PodOptions(
     node_selector={"dlaas.io/pool": "gpu"},
     tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     stop_grace_s=45,
+    platform_namespace="dlaas",
+    egress_cidrs=["203.0.113.0/24"],
+    ephemeral_storage="20Gi",
 )
 ENV = {
     "TRAINING_ID": "training-abc",
@@ -59,6 +63,10 @@ def objects() -> dict[str, dict[str, Any]]:
         ),
         "headless service": service_manifest("training-abc", "team-a", OWNER),
         "secret": secret_manifest("training-abc", "team-a", {"DLAAS_S3_SECRET_KEY": "s3cret"}),
+        "network policy with an egress block": network_policy_manifest(
+            "training-abc", FULL_OPTIONS, OWNER
+        ),
+        "network policy, defaults": network_policy_manifest("training-abc", PodOptions()),
     }
 
 
@@ -134,3 +142,47 @@ def test_the_sidecar_command_is_one_dlaas_ps_accepts() -> None:
     assert (config.rank, config.world, config.staleness) == (0, 2, 4)
     assert config.peers[1] == "learner-2.dlaas-training-abc.team-a.svc:7070"
     assert str(config.directory) == "/dev/shm/dlaas-ps"
+
+
+def test_a_jobs_pods_take_connections_only_from_their_peers() -> None:
+    policy = network_policy_manifest("training-abc", FULL_OPTIONS, OWNER)
+    peers = {"dlaas.io/job": "training-abc", "dlaas.io/role": "learner"}
+    assert policy["metadata"]["ownerReferences"] == [OWNER]
+    assert policy["spec"]["podSelector"] == {"matchLabels": peers}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": peers}}]}]
+    # the same selector the pods carry: the policy applies to every learner of the job
+    pod_labels = pod_manifest(spec(), FULL_OPTIONS)["metadata"]["labels"]
+    assert peers.items() <= pod_labels.items()
+
+
+def test_a_jobs_pods_reach_only_peers_dns_and_the_platforms_redis_s3_and_api() -> None:
+    egress = network_policy_manifest("training-abc", FULL_OPTIONS, OWNER)["spec"]["egress"]
+    peers, dns, platform, cidrs = (rule["to"][0] for rule in egress)
+    assert peers["podSelector"]["matchLabels"]["dlaas.io/job"] == "training-abc"
+    assert dns["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert egress[1]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert platform["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "dlaas"}
+    [components] = platform["podSelector"]["matchExpressions"]
+    assert components["values"] == ["redis", "s3", "api"]  # never the database
+    assert cidrs == {"ipBlock": {"cidr": "203.0.113.0/24"}}
+    default = network_policy_manifest("training-abc", PodOptions())["spec"]["egress"]
+    assert len(default) == 3  # no address block unless one is configured
+    assert default[2]["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "default"
+    }
+
+
+def test_learner_containers_are_read_only_and_bounded() -> None:
+    pod = pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER)["spec"]
+    for container in [*pod["containers"], *pod["initContainers"]]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    learner = pod["containers"][0]
+    assert learner["resources"]["limits"]["cpu"] == "1500m"
+    assert learner["resources"]["limits"]["ephemeral-storage"] == "20Gi"
+    env = {item["name"]: item.get("value") for item in learner["env"]}
+    assert env["HOME"] == "/tmp"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["work"]["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert volumes["tmp"]["emptyDir"]["sizeLimit"]

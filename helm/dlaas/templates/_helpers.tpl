@@ -32,12 +32,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) -}}
 {{- end -}}
 
-{{- define "dlaas.serviceAccountName" -}}
+{{/* The lifecycle manager's service account: the only one bound to a Role (learner pods). */}}
+{{- define "dlaas.lifecycleServiceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- default (include "dlaas.fullname" .) .Values.serviceAccount.name -}}
+{{- default (printf "%s-lifecycle-manager" (include "dlaas.fullname" .)) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The API's service account: no rights in the cluster, and no token mounted. */}}
+{{- define "dlaas.apiServiceAccountName" -}}
+{{- printf "%s-api" (include "dlaas.fullname" .) -}}
 {{- end -}}
 
 {{- define "dlaas.secretName" -}}
@@ -62,9 +68,13 @@ env:
         fieldPath: metadata.name
 {{- end -}}
 
-{{/* The pod-level parts every control-plane pod shares. */}}
+{{/* The pod-level parts every control-plane pod shares: (dict "ctx" $ "serviceAccount" NAME
+"token" BOOL), the token mounted only where the pod talks to the Kubernetes API. */}}
 {{- define "dlaas.podSpec" -}}
-serviceAccountName: {{ include "dlaas.serviceAccountName" . }}
+{{- $ctx := .ctx -}}
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: {{ .token }}
+{{- with $ctx }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.images.pullSecrets }}
@@ -86,6 +96,7 @@ affinity:
 volumes:
   - name: tmp
     emptyDir: {}
+{{- end }}
 {{- end -}}
 
 {{- define "dlaas.volumeMounts" -}}
@@ -117,6 +128,29 @@ livenessProbe:
   failureThreshold: 3
 {{- end -}}
 
+{{/*
+A secret the chart is given, (dict "name" "adminToken" "value" .Values.adminToken): it must be
+set, no well-known default, and at least 32 characters; one that goes into a URL ("inUrl")
+holds only characters a URL keeps as they are. Else rendering fails, naming the value and
+the fix. `dlaas secrets` (cli/secrets.py) applies the same rules to docker compose.
+*/}}
+{{- define "dlaas.knownDefaults" -}}
+change-me-admin-token change-me-postgres change-me-s3-secret dlaas dlaas-secret e2e-admin-token admin changeme change-me password secret minioadmin
+{{- end -}}
+{{- define "dlaas.requireSecret" -}}
+{{- $value := toString (default "" .value) -}}
+{{- $fix := printf "set it with --set %s=$(openssl rand -hex 32), or set existingSecret to a Secret holding the credentials (see values.yaml)" .name -}}
+{{- if not $value -}}
+{{- fail (printf "%s is empty: the chart ships no default secret; %s" .name $fix) -}}
+{{- else if has (lower $value) (splitList " " (include "dlaas.knownDefaults" .)) -}}
+{{- fail (printf "%s is a well-known default; %s" .name $fix) -}}
+{{- else if lt (len $value) 32 -}}
+{{- fail (printf "%s is shorter than 32 characters; %s" .name $fix) -}}
+{{- else if and .inUrl (not (regexMatch "^[A-Za-z0-9._~-]+$" $value)) -}}
+{{- fail (printf "%s goes into a URL: use letters, digits and -._~ only; %s" .name $fix) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dlaas.postgresqlName" -}}{{ include "dlaas.fullname" . }}-postgresql{{- end -}}
 {{- define "dlaas.redisName" -}}{{ include "dlaas.fullname" . }}-redis{{- end -}}
 {{- define "dlaas.s3Name" -}}{{ include "dlaas.fullname" . }}-s3{{- end -}}
@@ -132,7 +166,7 @@ livenessProbe:
 
 {{- define "dlaas.redisUrl" -}}
 {{- if .Values.redis.enabled -}}
-{{- printf "redis://%s.%s.svc:6379/0" (include "dlaas.redisName" .) .Release.Namespace -}}
+{{- printf "redis://:%s@%s.%s.svc:6379/0" (toString .Values.redis.password) (include "dlaas.redisName" .) .Release.Namespace -}}
 {{- else -}}
 {{- required "redis.externalUrl is required when redis.enabled is false" .Values.redis.externalUrl -}}
 {{- end -}}

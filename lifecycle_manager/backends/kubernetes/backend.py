@@ -34,6 +34,7 @@ from lifecycle_manager.backends.kubernetes.manifests import (
     MANAGED_SELECTOR,
     PodOptions,
     job_selector,
+    network_policy_manifest,
     owner_reference,
     pod_manifest,
     root_name,
@@ -112,6 +113,14 @@ class KubernetesBackend:
         _plain, credentials = split_env(specs[0].env)
         root = await asyncio.to_thread(self._ensure_secret, job_id, credentials)
         owner = owner_reference(root)
+        # The policy is in place before any pod of the job exists: no pod starts open.
+        policy = network_policy_manifest(job_id, self.options, owner)
+        await asyncio.to_thread(
+            self.calls.create,
+            self.calls.networking.create_namespaced_network_policy,
+            self.namespace,
+            policy,
+        )
         core = self.calls.core
         creations = []
         if specs[0].num_learners > 1:
@@ -201,6 +210,12 @@ class KubernetesBackend:
             await asyncio.gather(
                 asyncio.to_thread(
                     self.calls.delete, core.delete_namespaced_service, root, self.namespace
+                ),
+                asyncio.to_thread(
+                    self.calls.delete,
+                    self.calls.networking.delete_namespaced_network_policy,
+                    root,
+                    self.namespace,
                 ),
                 asyncio.to_thread(
                     self.calls.delete,

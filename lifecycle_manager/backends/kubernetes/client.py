@@ -82,6 +82,7 @@ class Caller:
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
         self.timeout = timeout
         self.tries = tries
         self.delay = delay

@@ -9,11 +9,14 @@ the newest token; pods of earlier attempts keep theirs, valid until the job stop
 ```
  Secret dlaas-<job>  (root: credentials)
    |-- Service dlaas-<job>   headless; DNS learner-<n>.dlaas-<job>.<ns>.svc (jobs of 2+)
+   |-- NetworkPolicy dlaas-<job>   the job's pods reach each other, DNS and the platform's
+   |                               redis, s3 and api pods; nothing reaches them but peers
    |-- Pod dlaas-<job>-learner-<n>-a<attempt>     one per learner
          initContainers: ps     (native sidecar: restartPolicy Always; with parameter_server;
                                  peers at learner-<n>.dlaas-<job>.<ns>.svc:7070)
          containers:     learner (dlaas-learner -- COMMAND)
-         volumes: shm (emptyDir, Memory) at /dev/shm; work (emptyDir) at /job
+         volumes: shm (emptyDir, Memory) at /dev/shm; work (emptyDir) at /job; tmp at /tmp
+         read-only root filesystems; CPU, memory and ephemeral-storage limits
 ```
 """
 
@@ -43,6 +46,8 @@ MASTER_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
 WORK_DIR = "/job"
 SHM_DIR = "/dev/shm"
+TMP_DIR = "/tmp"
+TMP_LIMIT = "1Gi"
 RUN_AS_USER = 10001  # the `dlaas` user of the learner image
 DIRS = {
     "MODEL_DIR": f"{WORK_DIR}/model",
@@ -85,6 +90,9 @@ class PodOptions:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
     stop_grace_s: int = 30
+    platform_namespace: str | None = None  # None: the learners' namespace
+    egress_cidrs: Sequence[str] = ()
+    ephemeral_storage: str = "50Gi"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PodOptions:
@@ -96,6 +104,9 @@ class PodOptions:
             node_selector=dict(settings.kube_node_selector),
             tolerations=list(settings.kube_tolerations),
             stop_grace_s=settings.kube_stop_grace_s,
+            platform_namespace=settings.kube_platform_namespace,
+            egress_cidrs=list(settings.kube_learner_egress_cidrs),
+            ephemeral_storage=settings.kube_learner_ephemeral_storage,
         )
 
 
@@ -191,16 +202,77 @@ def service_manifest(
     }
 
 
+# The platform's pods a learner pod may reach (the chart's component labels): Redis for its
+# streams, the object store, and the API. Never the database.
+PLATFORM_COMPONENTS = ("redis", "s3", "api")
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+
+
+def network_policy_manifest(
+    job_id: str, options: PodOptions, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The job's pods take connections only from each other (torch.distributed and the
+    parameter server pick their ports) and make them only to each other, DNS and the
+    platform's redis, s3 and api pods (and `egress_cidrs`): a job's code reaches nothing of
+    the control plane beyond what its helpers need, and no other job."""
+    meta: dict[str, Any] = {
+        "name": check_name(root_name(job_id), label=True),
+        "namespace": options.namespace,
+        "labels": job_labels(job_id, "network"),
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    peers = {"podSelector": {"matchLabels": {JOB_LABEL: job_id, ROLE_LABEL: "learner"}}}
+    platform_namespace = options.platform_namespace or options.namespace
+    platform = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": platform_namespace}},
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/name": "dlaas"},
+            "matchExpressions": [
+                {
+                    "key": "app.kubernetes.io/component",
+                    "operator": "In",
+                    "values": list(PLATFORM_COMPONENTS),
+                }
+            ],
+        },
+    }
+    dns = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    egress: list[dict[str, Any]] = [
+        {"to": [peers]},
+        {"to": [dns], "ports": DNS_PORTS},
+        {"to": [platform]},
+    ]
+    if options.egress_cidrs:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in options.egress_cidrs]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta,
+        "spec": {
+            "podSelector": {"matchLabels": {JOB_LABEL: job_id, ROLE_LABEL: "learner"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [peers]}],
+            "egress": egress,
+        },
+    }
+
+
 def _cpu(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
 
 
-def learner_resources(spec: LearnerSpec) -> dict[str, dict[str, str]]:
+def learner_resources(spec: LearnerSpec, ephemeral_storage: str) -> dict[str, dict[str, str]]:
+    """Requests and limits: a learner holds what it asked for and no more (its CPU too, so
+    one job cannot starve the others on a node)."""
     limits = spec.resources
     requests: dict[str, str] = {}
-    bounds: dict[str, str] = {}
+    bounds: dict[str, str] = {"ephemeral-storage": ephemeral_storage}
     if limits.cpus:
-        requests["cpu"] = _cpu(limits.cpus)
+        requests["cpu"] = bounds["cpu"] = _cpu(limits.cpus)
     if limits.memory_bytes:
         requests["memory"] = bounds["memory"] = str(limits.memory_bytes)
     if limits.gpus:
@@ -214,7 +286,11 @@ def learner_resources(spec: LearnerSpec) -> dict[str, dict[str, str]]:
 
 
 def _security_context() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
@@ -229,6 +305,8 @@ def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]
         plain["DLAAS_PS_DIR"] = PS_REGION
     plain.setdefault("DLAAS_STOP_GRACE_S", str(max(1, options.stop_grace_s // 2)))
     plain[exit_reports.EXIT_REPORT_ENV] = exit_reports.KUBERNETES_PATH
+    # the root filesystem is read-only: caches and home-directory writes go to /tmp
+    plain.setdefault("HOME", TMP_DIR)
     if spec.resources.cpus:
         plain.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.resources.cpus))))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(plain.items())]
@@ -272,7 +350,10 @@ def _ps_sidecar(
         "env": env,
         "ports": [{"name": "ps", "containerPort": PS_PORT, "protocol": "TCP"}],
         "resources": {"requests": dict(PS_REQUESTS)},
-        "volumeMounts": [{"name": "shm", "mountPath": SHM_DIR}],
+        "volumeMounts": [
+            {"name": "shm", "mountPath": SHM_DIR},
+            {"name": "tmp", "mountPath": TMP_DIR},
+        ],
         "securityContext": _security_context(),
     }
 
@@ -302,10 +383,11 @@ def pod_manifest(
         # The runner's exit report, kept with the pod's status for whoever reads it later.
         "terminationMessagePath": exit_reports.KUBERNETES_PATH,
         "terminationMessagePolicy": "File",
-        "resources": learner_resources(spec),
+        "resources": learner_resources(spec, options.ephemeral_storage),
         "volumeMounts": [
             {"name": "shm", "mountPath": SHM_DIR},
             {"name": "work", "mountPath": WORK_DIR},
+            {"name": "tmp", "mountPath": TMP_DIR},
         ],
         "securityContext": _security_context(),
     }
@@ -325,7 +407,11 @@ def pod_manifest(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [learner],
-        "volumes": [{"name": "shm", "emptyDir": shm}, {"name": "work", "emptyDir": {}}],
+        "volumes": [
+            {"name": "shm", "emptyDir": shm},
+            {"name": "work", "emptyDir": {"sizeLimit": options.ephemeral_storage}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": TMP_LIMIT}},
+        ],
     }
     if spec.num_learners > 1:
         pod_spec["hostname"] = hostname(spec.learner)

@@ -1,0 +1,81 @@
+"""A program with a uid of its own: what the runner reads of its files, and when the agent
+gives it one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from learner_image.checkpoint_sync import open_inside
+from learner_image.program_identity import hand_over
+from lifecycle_manager import node_agent
+
+
+def test_a_file_is_read_through_no_link_at_any_step(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "state.pt").write_bytes(b"weights")
+    secret = tmp_path / "secret"
+    secret.write_text("root's")
+    with open_inside(root, "sub/state.pt") as stream:
+        assert stream.read() == b"weights"
+    (root / "leaf").symlink_to(secret)
+    (root / "hop").symlink_to(tmp_path)
+    for rel in ("leaf", "hop/secret", "../secret", "sub/../leaf", "sub", "missing"):
+        with pytest.raises(OSError):
+            open_inside(root, rel)
+
+
+def test_hand_over_gives_the_program_its_files_and_not_what_links_point_at(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing owners needs root")
+    program = tmp_path / "model"
+    program.mkdir()
+    (program / "train.py").write_text("print()")
+    outside = tmp_path / "outside"
+    outside.write_text("root's")
+    (program / "link").symlink_to(outside)
+    hand_over([program, tmp_path / "results"], 900_123)
+    assert program.stat().st_uid == 900_123 and (program / "train.py").stat().st_uid == 900_123
+    assert (program / "link").lstat().st_uid == 900_123
+    assert outside.stat().st_uid == 0  # the link's target stays root's
+    assert (tmp_path / "results").is_dir() and oct(program.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user may enter (pytest's own are closed to others when root)."""
+    path = Path(tempfile.mkdtemp())
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_programs_get_uids_of_their_own_only_where_they_can_run(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert node_agent.isolation("off")[0] is False
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    isolating, why = node_agent.isolation("on")
+    assert not isolating and "root" in why
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    private = open_dir / "home"
+    (private / "bin").mkdir(parents=True)
+    interpreter = private / "bin" / "python"
+    interpreter.write_text("")
+    interpreter.chmod(0o755)
+    private.chmod(0o700)
+    monkeypatch.setattr(sys, "executable", str(interpreter))
+    isolating, why = node_agent.isolation("auto")
+    assert not isolating and str(interpreter) in why and "run as root" in why
+    assert node_agent.isolation("on")[0] is True  # told to: the jobs bring their own Python
+    private.chmod(0o755)
+    assert node_agent.isolation("auto")[0] is True
