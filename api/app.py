@@ -25,7 +25,7 @@ from api.nudge import Nudger
 from api.nul_guard import NulGuardMiddleware
 from api.openapi_contract import install_contract
 from api.rate_limit import RateLimitMiddleware
-from api.routes import data, jobs, logs, results, system, usage, users
+from api.routes import data, job_objects, jobs, logs, results, system, usage, users
 from api.state import ApiState
 from api.unavailable import unavailable_dependency
 from storage import streams
@@ -142,6 +142,13 @@ def _body_limits(app: FastAPI, settings: Settings) -> LimitFor:
         "split the data into several files, or raise DLAAS_MAX_DATA_UPLOAD_BYTES",
     )
 
+    # What a learner stores: a checkpoint file, a result, its log.
+    job_object_limit = BodyLimit(
+        settings.max_job_object_bytes,
+        "body",
+        "store the checkpoint or result as several files, or raise DLAAS_MAX_JOB_OBJECT_BYTES",
+    )
+
     def limit_for(method: str, path: str) -> BodyLimit:
         if method == "POST" and path == "/v2/jobs":
             state: ApiState = app.state.dlaas
@@ -153,6 +160,8 @@ def _body_limits(app: FastAPI, settings: Settings) -> LimitFor:
             )
         if method == "PUT" and path.startswith("/v2/data/"):
             return data_limit
+        if method == "PUT" and path.startswith("/v2/job-objects/"):
+            return job_object_limit
         return JSON_BODY_LIMIT
 
     return limit_for
@@ -193,7 +202,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    routers = [module.router for module in (jobs, logs, results, data, usage, users, system)]
+    modules = (jobs, logs, results, data, usage, users, system, job_objects)
+    routers = [module.router for module in modules]
     # the routes as their routers declare them, prefixes included
     routes = [route for router in routers for route in router.routes]
     _install_error_handlers(app, routes)

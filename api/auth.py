@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from api.errors import Unauthorized
+from storage.job_credentials import is_job_token
 from storage.users import hash_token, user_by_token
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ async def authenticate(header: str | None, state: ApiState) -> Principal:
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized(
             f"the Authorization header is not a bearer token: {_HOW_TO}", field=_FIELD
+        )
+    if is_job_token(token.strip()):
+        raise Unauthorized(
+            "this is a job's token, which reaches only that job's objects through "
+            f"/v2/job-objects: {_HOW_TO}",
+            code="bad_token",
+            field=_FIELD,
         )
     key = hash_token(token.strip())
     now = time.monotonic()

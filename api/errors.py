@@ -68,3 +68,8 @@ class TooLarge(DlaasError):
 class Unauthorized(DlaasError):
     status = 401
     default_code = "unauthorized"
+
+
+class Forbidden(DlaasError):
+    status = 403
+    default_code = "forbidden"

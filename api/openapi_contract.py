@@ -20,6 +20,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from api.deps import get_principal
+from api.routes.job_objects import job_credential
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -63,7 +64,12 @@ def everywhere(_route: APIRoute) -> bool:
 
 
 def authenticated(route: APIRoute) -> bool:
-    return any(d.call is get_principal for d in _dependants(route.dependant))
+    """A user's token (`get_principal`) or a job's (`job_credential`) is required."""
+    return any(d.call in (get_principal, job_credential) for d in _dependants(route.dependant))
+
+
+def job_gateway(route: APIRoute) -> bool:
+    return any(d.call is job_credential for d in _dependants(route.dependant))
 
 
 def parses_body(route: APIRoute) -> bool:
@@ -107,8 +113,18 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
         "The body cannot be parsed, or Last-Event-ID is not the id of an event.",
         any_of(parses_body, operations("GET /v2/jobs/{job_id}/logs")),
     ),
-    ErrorStatus(401, "No API token, or one dlaas does not know.", authenticated),
-    ErrorStatus(403, "Only an admin may do this.", operations("POST /v2/users")),
+    ErrorStatus(
+        401,
+        "No API token, or one dlaas does not know; on /v2/job-objects, no valid job token "
+        "(a user's token is refused there, and a job's everywhere else).",
+        authenticated,
+    ),
+    ErrorStatus(
+        403,
+        "Only an admin may do this; on /v2/job-objects, the key or prefix is out of the "
+        "job token's reach (`field` names it).",
+        any_of(operations("POST /v2/users"), job_gateway),
+    ),
     ErrorStatus(
         404,
         "No such job among the caller's jobs (or it was deleted), no such learner or result "
@@ -123,6 +139,11 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
         {"Retry-After": RETRY_AFTER},
     ),
     ErrorStatus(411, "The upload has no Content-Length.", operations("POST /v2/jobs")),
+    ErrorStatus(
+        416,
+        "`Range` starts at or past the object's end.",
+        operations("GET /v2/job-objects/{key}"),
+    ),
     # The body limit is a middleware in front of every route, bodiless ones included.
     ErrorStatus(413, "The body is over this route's limit, which the detail names.", everywhere),
     ErrorStatus(

@@ -5,6 +5,13 @@ address it comes from, kept in Redis so that every API worker shares them. A req
 through only when both have a token, and then takes one from each. Health checks and
 Prometheus scrapes are not counted. Should Redis not answer, requests go through: the limit
 protects the API, it must not take it down.
+
+Learners are not users: the object gateway (`/v2/job-objects`) moves a job's checkpoints,
+results and data a file per request, many at once, and all of a host's learners come from
+one address (the node agent's, on the local backend). A job token's requests there draw
+from a bucket of that token's own, with the far larger job limits
+(`DLAAS_JOB_OBJECTS_RATE_LIMIT_PER_S`, `_BURST`), and not from the address's; a job still
+cannot flood the API past its own bucket, and its learners cannot starve each other's jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import orjson
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from storage.job_credentials import is_job_token
+
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dlaas.api")
 
 UNCOUNTED_PATHS = frozenset({"/healthz", "/metrics"})
+JOB_GATEWAY_PATH = "/v2/job-objects"
 _PREFIX = "dlaas:rate:"
 
 # KEYS: the buckets; ARGV: (rate per second, burst) for each, in order. Returns the seconds
@@ -80,16 +90,34 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def buckets(scope: Scope, per_token: Limit, per_address: Limit) -> list[tuple[str, Limit]]:
-    """The buckets a request draws from: its credentials' and its address's."""
+def buckets(
+    scope: Scope, per_token: Limit, per_address: Limit, per_job: Limit | None = None
+) -> list[tuple[str, Limit]]:
+    """The buckets a request draws from: its credentials' and its address's; a job token's
+    on the object gateway, only its own."""
     drawn: list[tuple[str, Limit]] = []
     credentials = _header(scope, b"authorization")
+    if (
+        per_job is not None
+        and credentials
+        and scope.get("path", "").startswith(JOB_GATEWAY_PATH)
+        and _is_job_token(credentials)
+    ):
+        if per_job.on:
+            digest = hashlib.sha256(credentials).hexdigest()[:32]
+            drawn.append((f"{_PREFIX}job:{digest}", per_job))
+        return drawn
     if credentials and per_token.on:
         drawn.append((f"{_PREFIX}token:{hashlib.sha256(credentials).hexdigest()[:32]}", per_token))
     client = scope.get("client")
     if client and per_address.on:
         drawn.append((f"{_PREFIX}addr:{client[0]}", per_address))
     return drawn
+
+
+def _is_job_token(credentials: bytes) -> bool:
+    scheme, _, token = credentials.partition(b" ")
+    return scheme.lower() == b"bearer" and is_job_token(token.strip().decode("latin-1"))
 
 
 async def _too_many(send: Send, wait_s: float, what: str) -> None:
@@ -130,6 +158,7 @@ class RateLimitMiddleware:
             scope,
             Limit(settings.rate_limit_per_s, settings.rate_limit_burst),
             Limit(settings.address_rate_limit_per_s, settings.address_rate_limit_burst),
+            Limit(settings.job_objects_rate_limit_per_s, settings.job_objects_rate_limit_burst),
         )
         if drawn:
             try:
@@ -139,7 +168,8 @@ class RateLimitMiddleware:
                 wait_s, longest = 0.0, 0
             if wait_s > 0:
                 key = drawn[max(longest, 1) - 1][0]
-                await _too_many(send, wait_s, "token" if ":token:" in key else "address")
+                what = "address" if ":addr:" in key else "token"
+                await _too_many(send, wait_s, what)
                 return
         await self.app(scope, receive, send)
 

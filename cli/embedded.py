@@ -237,6 +237,8 @@ def service_command(
         "DLAAS_HOME": platform.home,
         "DLAAS_REDIS_URL": platform.redis_url,
         "DLAAS_AGENT_URL": platform.agent_url,
+        # where learners reach the API's object gateway with their jobs' tokens
+        "DLAAS_API_URL": platform.url,
     }
     if name in ("agent", "worker", "monitor"):
         env["DLAAS_AGENT_TOKEN_FILE"] = str(platform.agent_token_path)

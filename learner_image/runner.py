@@ -14,7 +14,10 @@ Command line (every flag falls back to the environment the backend sets anyway):
   and the kernel SIGKILLs the shell if the runner dies first (Linux). Processes it leaves
   behind after it exits are killed.
 
-Environment read (besides the storage settings `DLAAS_*` of `storage.settings.Settings`):
+Environment read: `DLAAS_JOB_OBJECTS_URL` and `DLAAS_JOB_TOKEN`, the API's object gateway
+and the token minted for the job, through which every object of the job moves (the
+lifecycle manager sets them; a runner started by hand without them uses the store the
+`DLAAS_*` settings of `storage.settings.Settings` describe); `DLAAS_REDIS_URL`;
 `MODEL_DIR`, `DATA_DIR`, `RESULT_DIR`, `LOG_DIR`, `CHECKPOINT_DIR` (default `model`, `data`,
 `results`, `logs`, `checkpoints` under the working directory), `NUM_LEARNERS` (default 1),
 `DLAAS_DATA_PREFIX` (object-store prefix of the training data, e.g. `data/{user}/{container}/`;
@@ -24,8 +27,8 @@ uploads checkpoints, not only learner 1), `DLAAS_RESTART_SCOPE` (`learner` = thi
 restores and uploads checkpoints of its own, `jobs/{job}/checkpoints/learner-{n}/`, as it is
 restarted on its own; default `gang`: one series for all), `DLAAS_STOP_GRACE_S` (default
 10). The command gets the runner's environment, with the directory variables made absolute,
-`PYTHONUNBUFFERED=1` unless set, and without `DLAAS_S3_ACCESS_KEY`, `DLAAS_S3_SECRET_KEY`,
-`DLAAS_DATABASE_URL`.
+`PYTHONUNBUFFERED=1` unless set, and without `DLAAS_JOB_TOKEN`, `DLAAS_S3_ACCESS_KEY`,
+`DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`.
 
 What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
 the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->
@@ -155,7 +158,7 @@ class Runner:
         # client is a large part of start-up, and the command does not need it to start.
         try:
             try:
-                self.store = _open_store(settings)
+                self.store = _open_store(settings, self.environ)
                 restored = self._prepare(settings)
             except RunnerFailure as exc:
                 self._join_reporter(settings)
@@ -560,11 +563,11 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _open_store(settings: Settings) -> ObjectStore:
-    from storage.object_store import open_object_store
+def _open_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
+    from storage.object_store import open_learner_object_store
 
     try:
-        return open_object_store(settings)
+        return open_learner_object_store(settings, environ)
     except Exception as exc:
         raise RunnerFailure(f"could not open the object store: {exc}") from exc
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from storage import output_keys
 
 # The platform's settings the runner needs and the program must not see: where the stores
-# are and how to sign in to them.
+# are and how to sign in to them (the job's token for the object gateway above all).
 SECRET_ENV = (
+    "DLAAS_JOB_TOKEN",
     "DLAAS_S3_ACCESS_KEY",
     "DLAAS_S3_SECRET_KEY",
     "DLAAS_DATABASE_URL",

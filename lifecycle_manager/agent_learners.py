@@ -63,8 +63,20 @@ RUNNER_LOG = "runner.log"
 EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
 PS_LOG = "ps.log"
 # Variables of the agent's own environment a learner inherits; everything else it gets
-# from its spec, as a pod gets only what its manifest says.
-INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
+# from its spec, as a pod gets only what its manifest says. PYTHONPATH: the runner is the
+# agent's own interpreter's `dlaas-learner`, and must import the same dlaas as the agent
+# (a checkout run with PYTHONPATH, rather than the installed one).
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+)
 OPEN_FILES_LIMIT = 65536
 # The memory limit is on the data segment of each process (RLIMIT_DATA), not on address
 # space (RLIMIT_AS): PyTorch and glibc reserve far more address space than they use. It is

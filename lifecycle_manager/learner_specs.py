@@ -22,23 +22,24 @@ DEFAULT_CHECKPOINT_INTERVAL = 30.0
 DEFAULT_CHECKPOINT_KEEP = 2
 
 
-def storage_env(settings: Settings) -> dict[str, str]:
-    """The storage settings a runner needs to reach the object store and Redis."""
-    env = {
-        "DLAAS_HOME": str(settings.home),
+JOB_OBJECTS_PATH = "/v2/job-objects"
+
+
+def job_objects_url(settings: Settings) -> str:
+    """The API's object gateway as learners reach it ("" when DLAAS_API_URL is not set)."""
+    base = settings.api_url.strip().rstrip("/")
+    return f"{base}{JOB_OBJECTS_PATH}" if base else ""
+
+
+def storage_env(settings: Settings, job_token: str) -> dict[str, str]:
+    """What a runner needs to reach the job's objects and Redis: the API's object gateway
+    and the token minted for the job, never the object store's own settings or keys, nor
+    the database's (a job's code could read them from the runner's environment)."""
+    return {
         "DLAAS_REDIS_URL": settings.redis_url,
-        "DLAAS_OBJECT_STORE": settings.object_store,
-        "DLAAS_OBJECTS_DIR": str(settings.objects_dir),
-        "DLAAS_S3_BUCKET": settings.s3_bucket,
-        "DLAAS_S3_REGION": settings.s3_region,
+        "DLAAS_JOB_OBJECTS_URL": job_objects_url(settings),
+        "DLAAS_JOB_TOKEN": job_token,
     }
-    optional = {
-        "DLAAS_S3_ENDPOINT_URL": settings.s3_endpoint_url,
-        "DLAAS_S3_ACCESS_KEY": settings.s3_access_key,
-        "DLAAS_S3_SECRET_KEY": settings.s3_secret_key,
-    }
-    env.update({key: value for key, value in optional.items() if value})
-    return env
 
 
 def _section(manifest: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -83,15 +84,17 @@ def learner_specs(
     num_learners: int,
     manifest: Mapping[str, Any],
     settings: Settings,
+    job_token: str = "",
 ) -> list[LearnerSpec]:
-    """The gang of learners for one attempt of a job."""
+    """The gang of learners for one attempt of a job; `job_token` is the credential minted
+    for the job (`storage.job_credentials`), which its runners use on the object gateway."""
     checkpoint = _section(manifest, "checkpoint")
     interval = float(checkpoint.get("interval_s", DEFAULT_CHECKPOINT_INTERVAL))
     keep = int(checkpoint.get("keep", DEFAULT_CHECKPOINT_KEEP))
     limits = resources(manifest)
     user_env = manifest.get("environment") or {}
     common = {str(key): str(value) for key, value in dict(user_env).items()}
-    common.update(storage_env(settings))
+    common.update(storage_env(settings, job_token))
     common.update(
         {
             "TRAINING_ID": job_id,

@@ -36,8 +36,8 @@ from lifecycle_manager.learner_restarts import (
 )
 from lifecycle_manager.learner_specs import learner_specs
 from lifecycle_manager.restart_policy import RestartScope
+from storage import job_credentials, streams
 from storage import jobs as repo
-from storage import streams
 from storage.job_states import ACTIVE_STATES, FINAL_STATES, Desired, JobState
 from storage.models import Job, JobEvent
 
@@ -88,7 +88,10 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             await repo.reset_learners(session, job_id, job.learners, attempt, only=recreate)
         elif job.state != JobState.DEPLOYING:
             return Outcome(f"nothing to deploy: the job is {job.state}")
-        specs = await _specs_of_attempt(ctx, session, job, attempt)
+        # The learners' credential, minted with the transition it serves: its hash is stored
+        # (and so valid) only if the deploy is.
+        token = await job_credentials.mint(session, job_id)
+        specs = await _specs_of_attempt(ctx, session, job, attempt, token)
     try:
         # A halted job's streams may have been set to expire: they live while it runs.
         await streams.akeep_job_streams(ctx.redis, job_id)
@@ -140,7 +143,7 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
 
 
 async def _specs_of_attempt(
-    ctx: Context, session: AsyncSession, job: Job, attempt: int
+    ctx: Context, session: AsyncSession, job: Job, attempt: int, job_token: str = ""
 ) -> list[LearnerSpec]:
     """The learners of `attempt`: all of a gang, or those a learner restart re-creates."""
     of_attempt = {r.index for r in await repo.learners_of(session, job.id) if r.attempt == attempt}
@@ -153,6 +156,7 @@ async def _specs_of_attempt(
             num_learners=job.learners,
             manifest=job.manifest,
             settings=ctx.settings,
+            job_token=job_token,
         )
         if spec.learner in of_attempt
     ]

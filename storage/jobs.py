@@ -15,8 +15,10 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import job_credentials
 from storage.job_states import (
     ACTIVE_STATES,
+    STOPPED_STATES,
     Desired,
     JobState,
     check_transition,
@@ -177,6 +179,8 @@ async def transition(
     await add_event(
         session, job_id, "state", reason, detail, from_state=current.value, to_state=target.value
     )
+    if target in STOPPED_STATES:  # nothing of the job runs any more: neither do its tokens
+        await job_credentials.revoke(session, job_id)
     return TransitionResult(True, current)
 
 

@@ -124,3 +124,17 @@ class DataUsage(Base):
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
     )
     data_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class JobCredential(Base):
+    """A bearer token minted for one job's learners (only its hash is kept): it reaches the
+    job's own objects and the data containers its manifest names, and only while the job
+    runs (`storage.job_credentials`)."""
+
+    __tablename__ = "job_credentials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     address_rate_limit_burst: int = 1000
     max_follows_per_user: int = 16
 
+    # The API's address as learners reach it: their runners read and write the job's objects
+    # through its object gateway (`/v2/job-objects`) with a token minted for the job, and
+    # hold no credential of the object store itself. The lifecycle manager needs it.
+    api_url: str = ""
+    # Requests per second (and the burst) one job's credentials may send to the gateway.
+    job_objects_rate_limit_per_s: float = 1000.0
+    job_objects_rate_limit_burst: int = 5000
+
     cluster_backend: Literal["local", "kubernetes"] = "local"
     agent_url: str = "http://127.0.0.1:8471"
     # The bearer token the node agent requires of every request, given as itself or as a
@@ -106,6 +114,8 @@ class Settings(BaseSettings):
     max_compression_ratio: float = 200.0
     # One `PUT /v2/data/...` body; larger bodies are refused (413) before they are read.
     max_data_upload_bytes: int = 5 * 1024**3
+    # One object a learner stores through the object gateway (a checkpoint file, a result).
+    max_job_object_bytes: int = 64 * 1024**3
 
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:

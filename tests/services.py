@@ -37,6 +37,8 @@ import redis
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from storage.settings import Settings
+
 S3_ACCESS_KEY = "dlaas-test"
 S3_SECRET_KEY = "dlaas-test-secret"
 S3_REGION = "us-east-1"
@@ -537,3 +539,38 @@ def _postgres_answers(server: PostgresServer) -> bool:
     with psycopg.connect(server.conninfo()) as conn:
         conn.execute("SELECT 1")
     return True
+
+
+def start_gateway_api(settings: Settings, workdir: Path, timeout: float = 60.0) -> ServiceProcess:
+    """The API as a server (`python -m api`) on `settings`' database, Redis and objects, for
+    tests whose real runners reach their job's objects through its gateway; its URL is
+    `settings.api_url` afterwards. Rate limits are off; it inherits this process's
+    PYTHONPATH, so it runs this checkout's code."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
+    env.update(
+        {
+            f"DLAAS_{name.upper()}": str(value)
+            for name, value in settings.model_dump(exclude_none=True).items()
+            if isinstance(value, str | int | float | Path) and not isinstance(value, bool)
+        }
+    )
+    env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
+    env["DLAAS_JOB_OBJECTS_RATE_LIMIT_PER_S"] = "0"
+    argv = [sys.executable, "-m", "api", "--port", str(port)]
+    process = start_process("api", argv, workdir, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.alive():
+            raise RuntimeError(f"the API exited at start:\n{process.log_tail()}")
+        with (
+            contextlib.suppress(OSError, urllib.error.URLError),
+            urllib.request.urlopen(url + "/healthz", timeout=2) as answer,
+        ):
+            if answer.status == 200:
+                settings.api_url = url
+                return process
+        time.sleep(0.1)
+    process.stop()
+    raise RuntimeError(f"the API did not answer in {timeout} s:\n{process.log_tail()}")

@@ -551,15 +551,20 @@ def open_snapshots(config: ServerConfig) -> SnapshotStore | None:
     """Where snapshots go: `--snapshot-dir`, else the object store the environment names."""
     if config.snapshot_interval_s <= 0:
         return None
-    from storage.object_store import LocalObjectStore, open_object_store
+    from storage.object_store import (
+        JOB_OBJECTS_URL_ENV,
+        LocalObjectStore,
+        open_learner_object_store,
+    )
 
     if config.snapshot_dir is not None:
         return SnapshotStore(LocalObjectStore(config.snapshot_dir), config.job, config.rank)
-    if "DLAAS_OBJECT_STORE" not in os.environ:
+    if JOB_OBJECTS_URL_ENV not in os.environ and "DLAAS_OBJECT_STORE" not in os.environ:
         return None
     from storage.settings import Settings
 
-    return SnapshotStore(open_object_store(Settings()), config.job, config.rank)
+    store = open_learner_object_store(Settings(), os.environ)
+    return SnapshotStore(store, config.job, config.rank)
 
 
 def serve(config: ServerConfig, stop: threading.Event) -> None:

@@ -10,6 +10,7 @@ boto3 is imported only when the S3 backend is used, so importing this package st
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from storage.object_store.base import (
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK_SIZE",
+    "JOB_OBJECTS_URL_ENV",
+    "JOB_TOKEN_ENV",
     "BadContinuation",
     "LocalObjectStore",
     "ObjectInfo",
@@ -40,6 +43,7 @@ __all__ = [
     "ProgressCallback",
     "S3ObjectStore",
     "make_s3_client",
+    "open_learner_object_store",
     "open_object_store",
     "validate_key",
     "validate_prefix",
@@ -61,6 +65,30 @@ def open_object_store(settings: Settings) -> ObjectStore:
     if settings.objects_dir is None:
         raise ValueError("objects_dir is not set; set DLAAS_OBJECTS_DIR or DLAAS_HOME")
     return LocalObjectStore(settings.objects_dir)
+
+
+JOB_OBJECTS_URL_ENV = "DLAAS_JOB_OBJECTS_URL"
+JOB_TOKEN_ENV = "DLAAS_JOB_TOKEN"
+
+
+def open_learner_object_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
+    """The store a learner's runner uses: the API's object gateway with its job's token
+    (`DLAAS_JOB_OBJECTS_URL`, `DLAAS_JOB_TOKEN`, as the lifecycle manager sets them), or,
+    for a runner started by hand without them, the store `settings` describe."""
+    url = environ.get(JOB_OBJECTS_URL_ENV, "").strip()
+    token = environ.get(JOB_TOKEN_ENV, "").strip()
+    if url or token:
+        if not (url and token):
+            missing = JOB_OBJECTS_URL_ENV if not url else JOB_TOKEN_ENV
+            raise ValueError(
+                f"{missing} is not set: a learner reaches its job's objects through the API's "
+                "object gateway with its job's token (the lifecycle manager needs "
+                "DLAAS_API_URL to tell learners where the API is)"
+            )
+        from storage.object_store.gateway import GatewayObjectStore
+
+        return GatewayObjectStore(url, token)
+    return open_object_store(settings)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from lifecycle_manager.learner_specs import learner_specs
 from lifecycle_manager.reconcile import reconcile
 from storage import jobs as repo
 from storage.job_states import JobState
+from tests import services
 from tests.integration import kube_harness
 from tests.integration.kube_harness import (
     core_api,
@@ -73,7 +74,10 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     assert service["metadata"]["ownerReferences"] == [owner]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {"dlaas.io/job": job_id, "dlaas.io/role": "learner"}
-    assert secret["stringData"]["DLAAS_S3_SECRET_KEY"] == "very-secret-key"
+    # The job's Secret holds the token minted for the job, never the platform's store keys.
+    assert secret["stringData"]["DLAAS_JOB_TOKEN"].startswith("dlaasjob_")
+    assert "DLAAS_S3_SECRET_KEY" not in secret["stringData"]
+    assert "very-secret-key" not in json.dumps(secret)
     [policy] = emulator.objects("networkpolicies", namespace)
     assert policy["metadata"]["name"] == root
     assert policy["metadata"]["ownerReferences"] == [owner]
@@ -109,9 +113,10 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     env = {item["name"]: item for item in learner["env"]}
     assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"
     assert env["RANK"]["value"] == "1"
-    assert env["DLAAS_S3_SECRET_KEY"]["valueFrom"] == {
-        "secretKeyRef": {"name": root, "key": "DLAAS_S3_SECRET_KEY"}
+    assert env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": root, "key": "DLAAS_JOB_TOKEN"}
     }
+    assert "DLAAS_S3_SECRET_KEY" not in env and "DLAAS_S3_ACCESS_KEY" not in env
     assert "very-secret-key" not in json.dumps(pod)
     [ps] = spec["initContainers"]
     assert ps["restartPolicy"] == "Always"
@@ -330,10 +335,16 @@ async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
         restart_policy={"max_restarts": 2, "backoff_s": 0.1},
     )
     kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
-    with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
-        async with pod_watcher(kube_ctx):
-            await operations.deploy_job(kube_ctx, job_id)
-            await follow(kube_ctx, state_is(kube_ctx, job_id, JobState.COMPLETED), timeout=40)
+    # The runners reach the job's objects through the API's gateway, as in a cluster.
+    api = services.start_gateway_api(kube_ctx.settings, tmp_path / "api")
+    try:
+        with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
+            async with pod_watcher(kube_ctx):
+                await operations.deploy_job(kube_ctx, job_id)
+                completed = state_is(kube_ctx, job_id, JobState.COMPLETED)
+                await follow(kube_ctx, completed, timeout=40)
+    finally:
+        api.stop()
     job = await load(kube_ctx, job_id)
     assert (job.attempt, job.restarts) == (2, 1)
     log = kube_ctx.objects.get_bytes(f"jobs/{job_id}/logs/learner-1.log").decode()

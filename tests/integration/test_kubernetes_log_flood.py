@@ -124,16 +124,21 @@ async def test_a_flood_on_kubernetes_is_served_line_for_line_after_the_end(
                 async def finished() -> bool:
                     return (await load(ctx, job_id)).state in FINAL_STATES
 
-                with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path):
-                    async with pod_watcher(ctx):
-                        # Served whole once the job has ended (the in-process transport
-                        # hands over the body at the end), read from before it starts.
-                        followed = asyncio.create_task(
-                            api.get(f"/v2/jobs/{job_id}/logs", params={"follow": "true"})
-                        )
-                        await operations.deploy_job(ctx, job_id)
-                        await follow(ctx, finished, timeout=TIMEOUT_S, what="the job to end")
-                        live = await followed
+                # The runners reach the job's objects through a served API's gateway.
+                gateway = services.start_gateway_api(ctx.settings, tmp_path / "api")
+                try:
+                    with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path):
+                        async with pod_watcher(ctx):
+                            # Served whole once the job has ended (the in-process transport
+                            # hands over the body at the end), read from before it starts.
+                            followed = asyncio.create_task(
+                                api.get(f"/v2/jobs/{job_id}/logs", params={"follow": "true"})
+                            )
+                            await operations.deploy_job(ctx, job_id)
+                            await follow(ctx, finished, timeout=TIMEOUT_S, what="the job to end")
+                            live = await followed
+                finally:
+                    gateway.stop()
                 job = await load(ctx, job_id)
                 assert job.state == JobState.COMPLETED, job.reason
                 problems: list[str] = []

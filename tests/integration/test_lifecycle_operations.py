@@ -12,6 +12,7 @@ import secrets
 import time
 import zipfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -418,13 +419,21 @@ async def test_deploy_waits_with_a_reason_while_the_agent_is_unreachable(
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_the_real_runner_completes_a_job(
-    ctx: Context, agent: Agent, monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+    ctx: Context,
+    agent: Agent,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_client: redis.Redis,
+    tmp_path: Path,
 ) -> None:
     monkeypatch.setattr(learner_specs, "RUNNER", "dlaas-learner")
     job_id = await make_job(ctx, "cat notes.txt")
     ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", _zip({"notes.txt": b"hello dlaas\n"}))
-    await operations.deploy_job(ctx, job_id)
-    await watch(ctx, is_state(ctx, job_id, JobState.COMPLETED), timeout=40)
+    api = services.start_gateway_api(ctx.settings, tmp_path / "api")  # the runner's objects
+    try:
+        await operations.deploy_job(ctx, job_id)
+        await watch(ctx, is_state(ctx, job_id, JobState.COMPLETED), timeout=40)
+    finally:
+        api.stop()
     states = [event.to_state for event in await _events(ctx, job_id) if event.kind == "state"]
     assert states[0] == JobState.DEPLOYING
     assert states[-1] == JobState.COMPLETED

@@ -225,6 +225,8 @@ class Kubelet:
             "PATH": os.pathsep.join((interpreter_bin, os.environ.get("PATH", ""))),
             "HOME": os.environ.get("HOME", str(root)),
         }
+        if os.environ.get("PYTHONPATH"):  # the image's code: this checkout's, as the tests'
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         secrets: dict[str, dict[str, str]] = {}
         for item in container.get("env") or []:
             if "value" in item:

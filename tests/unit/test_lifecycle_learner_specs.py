@@ -27,7 +27,9 @@ def settings(tmp_path: Path) -> Settings:
         home=tmp_path,
         redis_url="redis://r:6379/2",
         database_url="postgresql+asyncpg://db/dlaas",
+        s3_access_key="s3key",
         s3_secret_key="s3cret",
+        api_url="http://api.example:8470/",
     )
 
 
@@ -60,6 +62,7 @@ def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
         num_learners=2,
         manifest=MANIFEST,
         settings=settings(tmp_path),
+        job_token="dlaasjob_t0ken",
     )[1]
     env = spec.env
     assert {key: env[key] for key in ("TRAINING_ID", "LEARNER_ID", "RANK")} == {
@@ -78,9 +81,21 @@ def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
         "loss=(?P<loss>[0-9.]+)",
     ]
     assert env["DLAAS_REDIS_URL"] == "redis://r:6379/2"
-    assert env["DLAAS_OBJECTS_DIR"] == str(tmp_path / "objects")
-    assert env["DLAAS_S3_SECRET_KEY"] == "s3cret"
-    assert "DLAAS_DATABASE_URL" not in env  # learners never touch the database
+    # The job's objects through the API's gateway with the job's own token, and nothing of
+    # the platform's: no store keys or objects directory, no database, no home.
+    assert env["DLAAS_JOB_OBJECTS_URL"] == "http://api.example:8470/v2/job-objects"
+    assert env["DLAAS_JOB_TOKEN"] == "dlaasjob_t0ken"
+    for platform_setting in (
+        "DLAAS_OBJECTS_DIR",
+        "DLAAS_OBJECT_STORE",
+        "DLAAS_S3_ACCESS_KEY",
+        "DLAAS_S3_SECRET_KEY",
+        "DLAAS_S3_ENDPOINT_URL",
+        "DLAAS_DATABASE_URL",
+        "DLAAS_HOME",
+    ):
+        assert platform_setting not in env
+    assert "s3cret" not in env.values() and "s3key" not in env.values()
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["LR"] == "0.1"
 

@@ -1,8 +1,10 @@
 """The Kubernetes objects of a job, as plain dicts: its Secret, its Service and a pod per learner.
 
-Pure. The job's Secret `dlaas-<job>` is its root object: it holds the data-store
-credentials the learners read (never written into a pod spec), and owns the Service and
-the pods, so deleting it lets the garbage collector delete the rest.
+Pure. The job's Secret `dlaas-<job>` is its root object: it holds the credentials the
+learners read (never written into a pod spec: the token minted for the job, with which they
+reach its objects through the API's gateway, and the Redis URL), and owns the Service and
+the pods, so deleting it lets the garbage collector delete the rest. Each deploy patches in
+the newest token; pods of earlier attempts keep theirs, valid until the job stops.
 
 ```
  Secret dlaas-<job>  (root: credentials)
@@ -55,7 +57,13 @@ DIRS = {
     "CHECKPOINT_DIR": f"{WORK_DIR}/checkpoints",
 }
 # Settings a learner needs that are secrets: they reach the pod through the job's Secret.
-SECRET_ENV = ("DLAAS_S3_ACCESS_KEY", "DLAAS_S3_SECRET_KEY", "DLAAS_REDIS_URL", "DLAAS_DATABASE_URL")
+SECRET_ENV = (
+    "DLAAS_JOB_TOKEN",
+    "DLAAS_S3_ACCESS_KEY",
+    "DLAAS_S3_SECRET_KEY",
+    "DLAAS_REDIS_URL",
+    "DLAAS_DATABASE_URL",
+)
 
 # The parameter-server sidecar (console script `dlaas-ps` of the learner image, flags of
 # `learner_image.ps.server_config`): one per learner pod, its region in the pod's /dev/shm,
