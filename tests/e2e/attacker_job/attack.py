@@ -31,6 +31,7 @@ SECRET_SETTINGS = (
     "DLAAS_HOME",
     "DLAAS_OBJECTS_DIR",
     "DLAAS_ADMIN_TOKEN",
+    "DLAAS_JOB_TOKEN",
 )
 
 
@@ -110,6 +111,9 @@ def main() -> None:
             f"{targets['agent']}/learners", {"Authorization": "Bearer " + "0" * 64}
         ),
         "api_as_admin_without_token": lambda: http_get(f"{targets['api']}/v2/users/me"),
+        "object_gateway_without_the_jobs_token": lambda: http_get(
+            f"{targets['api']}/v2/job-objects/jobs/{other}/model.zip"
+        ),
     }
     results = {}
     for name, attempt in attempts.items():
