@@ -301,12 +301,10 @@ class LearnerTable:
             return
         # Root's directories down to the learner's are traversable, not listable: a program
         # reaches its own directory by name and cannot see which others exist.
-        for directory in (self.work_root, self.work_root / "jobs", *workdir.parents):
+        for directory in (workdir, *workdir.parents):
             if directory == self.work_root or self.work_root in directory.parents:
                 os.chown(directory, 0, 0, follow_symlinks=False)
                 directory.chmod(0o711)
-        os.chown(workdir, 0, 0, follow_symlinks=False)
-        workdir.chmod(0o711)
         (workdir / RUNNER_DIR).mkdir(mode=0o700, exist_ok=True)
         program = workdir / PROGRAM_DIR
         for path in (program, *(workdir / sub for sub in WORK_SUBDIRS.values())):
