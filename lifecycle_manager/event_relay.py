@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -35,6 +36,9 @@ GRACE_S: Final = 60.0
 BUDGET_PER_S: Final = 1000
 BATCH: Final = 100
 BLOCK_MS: Final = 1000
+# How often the relayed set and cursors are read again without a wake-up (revocations, and
+# other relays' progress).
+REFRESH_S: Final = 1.0
 
 # KEYS: the job's stream, the shared stream, the cursors hash; ARGV: job id, batch, maxlen.
 FORWARD = """
@@ -56,7 +60,7 @@ if #entries > 0 then
   redis.call('HSET', KEYS[3], ARGV[1], last)
   redis.call('XTRIM', KEYS[1], 'MINID', last)
 end
-return #entries
+return {#entries, last}
 """
 
 
@@ -86,6 +90,9 @@ class EventRelay:
         self._wake_after = "0-0"
         self._window = 0
         self._spent: dict[str, int] = {}
+        self._relayed: dict[str, float] = {}
+        self._read_at = -math.inf
+        self._after: dict[str, str] = {}  # job -> id of its last event relayed
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -93,27 +100,44 @@ class EventRelay:
                 await self.step()
             except (RedisError, OSError) as error:
                 log.warning("event relay: %s; retrying", error)
+                self._read_at = -math.inf
                 await asyncio.sleep(1)
 
     async def step(self, block_ms: int | None = BLOCK_MS) -> int:
         """Wait (up to `block_ms`) for new events of any relayed job, and relay them; how
         many were relayed."""
         now = self.clock()
-        relayed = await job_redis_users.arelayed(self.redis)
-        await self._forget(expired(relayed, now, self.grace_s))
+        if now - self._read_at >= REFRESH_S:
+            await self._read_relayed(now)
         jobs = [
-            job for job in relaying(relayed, now, self.grace_s) if self._allowance(job, now) > 0
+            job
+            for job in relaying(self._relayed, now, self.grace_s)
+            if self._allowance(job, now) > 0
         ]
-        cursors = await self._cursors(jobs)
         wanted: dict[Any, Any] = {streams.RELAY_WAKE: self._wake_after}
-        wanted.update({streams.events_key(job): cursors[job] for job in jobs})
+        wanted.update({streams.events_key(job): self._after.get(job, "0-0") for job in jobs})
         answer = await self.redis.xread(wanted, count=1, block=block_ms)
-        woken = [streams.as_text(key) for key, _ in _streams_of(answer)]
-        for key, entries in _streams_of(answer):
-            if streams.as_text(key) == streams.RELAY_WAKE and entries:
-                self._wake_after = streams.as_text(entries[-1][0])
         by_key = {streams.events_key(job): job for job in jobs}
-        return await self._relay([by_key[key] for key in woken if key in by_key])
+        woken = []
+        for key, entries in _streams_of(answer):
+            name = streams.as_text(key)
+            if name == streams.RELAY_WAKE and entries:
+                self._wake_after = streams.as_text(entries[-1][0])
+                self._read_at = -math.inf  # a job was granted: read the set on the next step
+            elif name in by_key:
+                woken.append(by_key[name])
+        return await self._relay(woken)
+
+    async def _read_relayed(self, now: float) -> None:
+        """The relayed set and every job's cursor as Redis has them; forget jobs whose grace
+        after their revocation is over."""
+        self._relayed = await job_redis_users.arelayed(self.redis)
+        gone = expired(self._relayed, now, self.grace_s)
+        await self._forget(gone)
+        for job in gone:
+            self._relayed.pop(job, None)
+        self._after = await self._cursors(list(self._relayed))
+        self._read_at = now
 
     async def relay_all(self) -> int:
         """Relay every waiting event of every relayed job, without waiting (on stopping)."""
@@ -124,7 +148,9 @@ class EventRelay:
         """Relay up to `limit` of the job's waiting events; how many."""
         keys = [streams.events_key(job_id), streams.LEARNER_EVENTS, streams.RELAY_CURSORS]
         args: list[str | int] = [job_id, limit, streams.LEARNER_EVENTS_MAXLEN]
-        return int(await self._forward(keys=keys, args=args))
+        count, last = await self._forward(keys=keys, args=args)
+        self._after[job_id] = streams.as_text(last)
+        return int(count)
 
     async def _relay(self, jobs: Sequence[str]) -> int:
         sent = 0
@@ -156,6 +182,8 @@ class EventRelay:
         if not jobs:
             return
         await self._relay(jobs)
+        for job in jobs:
+            self._after.pop(job, None)
         pipe = self.redis.pipeline(transaction=True)
         pipe.zrem(streams.RELAYED_JOBS, *jobs)
         pipe.hdel(streams.RELAY_CURSORS, *jobs)

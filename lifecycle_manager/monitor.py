@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -66,15 +67,14 @@ class Monitor:
 
     async def run(self, stop: asyncio.Event) -> None:
         await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
+        # Beside the event loop below, so neither waits for the other.
         relaying = asyncio.create_task(self.relay.run(stop))
+        syncing = asyncio.create_task(self.sync_job_users(stop))
         loop = asyncio.get_running_loop()
-        next_claim = next_beat_check = next_users = 0.0
+        next_claim = next_beat_check = 0.0
         while not stop.is_set():
             self.heartbeat.beat()
             try:
-                if loop.time() >= next_users:
-                    next_users = loop.time() + JOB_USERS_EVERY_S
-                    await self.sync_job_users()
                 if loop.time() >= next_claim:
                     await self.claim_stale()
                     next_claim = loop.time() + CLAIM_EVERY_S
@@ -86,7 +86,7 @@ class Monitor:
                 log.warning("monitor: %s; retrying", error)
                 await asyncio.sleep(1)
                 self.listening_since = time.time()
-        await relaying
+        await asyncio.gather(relaying, syncing)
         await self.drain(DRAIN_ON_STOP_S)
 
     async def drain(self, timeout_s: float) -> None:
@@ -110,13 +110,17 @@ class Monitor:
         except Exception:  # a bad job must not stop the monitor; the next check retries
             log.exception("monitor: heartbeat check failed")
 
-    async def sync_job_users(self) -> None:
-        try:
-            await job_users.sync(self.ctx)
-        except (RedisError, OSError):
-            raise
-        except Exception:  # the database may be away; the next pass retries
-            log.exception("monitor: keeping job users in line failed")
+    async def sync_job_users(self, stop: asyncio.Event) -> None:
+        """Keep Redis's job users in line with the database, every `JOB_USERS_EVERY_S`."""
+        while not stop.is_set():
+            try:
+                await job_users.sync(self.ctx)
+            except (RedisError, OSError) as error:
+                log.warning("monitor: keeping job users in line: %s; retrying", error)
+            except Exception:  # the database may be away; the next pass retries
+                log.exception("monitor: keeping job users in line failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), JOB_USERS_EVERY_S)
 
     async def step(self, block_ms: int | None = BLOCK_MS) -> int:
         """Read and handle one batch; returns how many events it handled. `block_ms`: how
