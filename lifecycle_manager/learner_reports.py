@@ -33,6 +33,7 @@ from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import (
     BEATING,
     ENDING,
+    FINISHED,
     Action,
     ClusterLearner,
     Decision,
@@ -54,8 +55,8 @@ from lifecycle_manager.restart_policy import (
     classify,
     with_restart_policy,
 )
+from storage import job_credentials, streams, usage
 from storage import jobs as repo
-from storage import streams, usage
 from storage.job_states import FINAL_STATES, JobState, is_final
 from storage.models import Job, Learner
 
@@ -256,14 +257,24 @@ async def _with_policy(
     return _Verdict(decision, event, verdict.reason, detail, counted)
 
 
-async def _apply(session: AsyncSession, job: Job, decision: Decision, counted: bool) -> bool:
-    """Move the job through `decision.via` to its target; whether every move was made."""
+async def _apply(
+    session: AsyncSession, job: Job, decision: Decision, counted: bool, learners_done: bool
+) -> bool:
+    """Move the job through `decision.via` to its target; whether every move was made.
+    `learners_done`: none of its learners runs (else a FAILED job keeps its tokens while
+    they stop, see `repo.transition`)."""
     for state in (*decision.via, decision.target):
         assert state is not None
         counts = counted and state is JobState.RECOVERING
         changes: dict[str, Any] = {"restarts": job.restarts + 1} if counts else {}
         result = await repo.transition(
-            session, job.id, state, decision.reason, {"attempt": job.attempt}, **changes
+            session,
+            job.id,
+            state,
+            decision.reason,
+            {"attempt": job.attempt},
+            keep_credentials=not learners_done,
+            **changes,
         )
         if not result.changed:
             return False
@@ -282,15 +293,19 @@ async def settle(session: AsyncSession, locked: JobRows) -> list[Decision]:
     for _ in range(MAX_SETTLE_ROUNDS):
         job = locked.job
         views = locked.views()
+        learners_done = all(view.state in FINISHED for view in views)
         decision = decide(job_view(job, views))
         if decision.target is None:
+            if job.state == JobState.FAILED and learners_done:
+                await job_credentials.revoke(session, job.id)  # the gang's last are gone
             return taken
         verdict: _Verdict | None = None
         if decision.failed_learner is not None:
             failed = next(view for view in views if view.index == decision.failed_learner)
             verdict = await _with_policy(session, job, decision, _failure_of(failed))
             decision = verdict.decision
-        if await _apply(session, job, decision, verdict is not None and verdict.counted):
+        counted = verdict is not None and verdict.counted
+        if await _apply(session, job, decision, counted, learners_done):
             taken.append(decision)
             if verdict is not None:
                 await repo.add_event(session, job.id, verdict.event, verdict.reason, verdict.detail)

@@ -6,7 +6,10 @@ attempt. The token reaches the job's own objects (`jobs/{id}/`, read and write) 
 containers its manifest names (`data/{owner}/{container}/`, read only) through the API's
 object gateway (`api/routes/job_objects.py`), and nothing else. It works while the job runs:
 once the job is halted, finished or deleted, every token of the job is revoked, and a
-token is also refused on use when its job's row says so, whatever the revocation did.
+token is also refused on use when its job's row says so, whatever the revocation did. One
+exception keeps a job's record whole: when one learner FAILED a gang, the others still store
+their last checkpoint and log as they are stopped, so the tokens are revoked once they are
+gone, or `FAILED_GANG_GRACE_S` after the failure at the latest.
 
 Only a hash of each token is stored (tokens are 256 random bits: a fast hash suffices).
 """
@@ -17,7 +20,7 @@ import hashlib
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -44,9 +47,27 @@ def is_job_token(token: str) -> bool:
     return token.startswith(JOB_TOKEN_PREFIX)
 
 
-def credential_usable(state: str, deleted_at: datetime | None) -> bool:
-    """Whether a job in `state` may still use its credentials: only while it may run."""
-    return deleted_at is None and JobState(state) not in STOPPED_STATES
+# A gang FAILED by one learner keeps its tokens while its other learners stop and store
+# their last checkpoint and log (revoked once they are gone), for this long at most.
+FAILED_GANG_GRACE_S = 120.0
+
+
+def credential_usable(
+    state: str, deleted_at: datetime | None, updated_at: datetime, now: datetime | None = None
+) -> bool:
+    """Whether a job in `state` may still use its credentials: only while it may run, or
+    shortly after one learner FAILED the gang (see `FAILED_GANG_GRACE_S`)."""
+    if deleted_at is not None:
+        return False
+    if JobState(state) is JobState.FAILED:
+        age = ((now or utcnow()) - _aware(updated_at)).total_seconds()
+        return age < FAILED_GANG_GRACE_S
+    return JobState(state) not in STOPPED_STATES
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives times back without their zone; they were stored in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 async def mint(session: AsyncSession, job_id: str) -> str:
@@ -70,9 +91,9 @@ async def revoke(session: AsyncSession, job_id: str) -> int:
 
 async def live_token_hashes(session: AsyncSession) -> dict[str, list[str]]:
     """job -> the hashes of its tokens that are valid now (not revoked, the job may run)."""
-    stopped = [state.value for state in STOPPED_STATES]
+    stopped = [state.value for state in STOPPED_STATES if state is not JobState.FAILED]
     rows = await session.execute(
-        select(JobCredential.job_id, JobCredential.token_hash)
+        select(Job.state, Job.updated_at, JobCredential.job_id, JobCredential.token_hash)
         .join(Job, Job.id == JobCredential.job_id)
         .where(
             JobCredential.revoked_at.is_(None),
@@ -81,9 +102,11 @@ async def live_token_hashes(session: AsyncSession) -> dict[str, list[str]]:
         )
         .order_by(JobCredential.id)
     )
+    now = utcnow()
     live: dict[str, list[str]] = {}
-    for job_id, token_hash in rows:
-        live.setdefault(job_id, []).append(token_hash)
+    for state, updated_at, job_id, token_hash in rows:
+        if credential_usable(state, None, updated_at, now):
+            live.setdefault(job_id, []).append(token_hash)
     return live
 
 
@@ -186,6 +209,7 @@ async def lookup(session: AsyncSession, token: str) -> JobCredentialRecord | Non
                 Job.owner_id,
                 Job.state,
                 Job.deleted_at,
+                Job.updated_at,
                 Job.manifest,
             )
             .join(Job, Job.id == JobCredential.job_id)
@@ -194,7 +218,7 @@ async def lookup(session: AsyncSession, token: str) -> JobCredentialRecord | Non
     ).one_or_none()
     if row is None:
         return None
-    revoked_at, job_id, owner_id, state, deleted_at, manifest = row
-    if revoked_at is not None or not credential_usable(state, deleted_at):
+    revoked_at, job_id, owner_id, state, deleted_at, updated_at, manifest = row
+    if revoked_at is not None or not credential_usable(state, deleted_at, updated_at):
         return None
     return JobCredentialRecord(job_id, owner_id, JobScope.of(job_id, owner_id, manifest or {}))

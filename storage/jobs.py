@@ -146,12 +146,16 @@ async def transition(
     detail: dict[str, Any] | None = None,
     *,
     only_from: Sequence[JobState] | None = None,
+    keep_credentials: bool = False,
     **changes: Any,
 ) -> TransitionResult:
     """Move a job to `target` if the table allows it from its current state.
 
     Returns whether the job changed. A refused transition changes nothing and is logged;
-    callers racing on the same job see exactly one winner.
+    callers racing on the same job see exactly one winner. Moving to a state in which nothing
+    of the job runs revokes its tokens, unless `keep_credentials`: a gang FAILED by one
+    learner lets the others store their last checkpoint and log as they stop (the caller
+    revokes once they are gone; `job_credentials.FAILED_GANG_GRACE_S` bounds it anyway).
     """
     current_row = await session.execute(select(Job.state).where(Job.id == job_id))
     current_value = current_row.scalar_one_or_none()
@@ -179,8 +183,8 @@ async def transition(
     await add_event(
         session, job_id, "state", reason, detail, from_state=current.value, to_state=target.value
     )
-    if target in STOPPED_STATES:  # nothing of the job runs any more: neither do its tokens
-        await job_credentials.revoke(session, job_id)
+    if target in STOPPED_STATES and not keep_credentials:
+        await job_credentials.revoke(session, job_id)  # nothing runs: neither do its tokens
     return TransitionResult(True, current)
 
 
