@@ -112,14 +112,10 @@ class Runner:
 
     def run(self) -> int:
         from learner_image.fetch_phase import fetch_all
-        from storage.settings import Settings
 
         config = self.config
         config.log_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            settings = Settings()
-        except ValueError as exc:
-            raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
+        settings = settings_of()
         # Redis is imported, connected and told DOWNLOADING in a background thread, started
         # once the command runs or when the fetch turns out to take a while: importing the
         # client is a large part of start-up, and the command does not need it to start.
@@ -186,6 +182,15 @@ class Runner:
             self.launcher.frozen,
         )
         return self.shipper
+
+
+def settings_of() -> Settings:
+    from storage.settings import Settings
+
+    try:
+        return Settings()
+    except ValueError as exc:
+        raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
 
 
 def open_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
