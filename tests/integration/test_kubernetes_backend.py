@@ -100,7 +100,9 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
         root,
         "Never",
     )
-    [learner] = spec["containers"]
+    [fetch, ps] = spec["initContainers"]
+    [learner, shipper] = spec["containers"]
+    assert (fetch["name"], learner["name"], shipper["name"]) == ("fetch", "program", "shipper")
     assert learner["resources"] == {
         "requests": {"cpu": "2000m", "memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
         "limits": {
@@ -113,12 +115,16 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     env = {item["name"]: item for item in learner["env"]}
     assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"
     assert env["RANK"]["value"] == "1"
-    assert env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
+    # The program holds no credential; its helpers take the job's from its Secret.
+    assert not [item for item in learner["env"] if "valueFrom" in item]
+    assert "DLAAS_JOB_TOKEN" not in env and "DLAAS_REDIS_URL" not in env
+    helper_env = {item["name"]: item for item in shipper["env"]}
+    assert helper_env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
         "secretKeyRef": {"name": root, "key": "DLAAS_JOB_TOKEN"}
     }
-    assert "DLAAS_S3_SECRET_KEY" not in env and "DLAAS_S3_ACCESS_KEY" not in env
+    assert fetch["env"] == shipper["env"]
+    assert "DLAAS_S3_SECRET_KEY" not in helper_env and "DLAAS_S3_ACCESS_KEY" not in helper_env
     assert "very-secret-key" not in json.dumps(pod)
-    [ps] = spec["initContainers"]
     assert ps["restartPolicy"] == "Always"
     domain = f"{root}.{namespace}.svc"
     assert ps["command"] == [
@@ -128,7 +134,7 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
         "--peers", f"learner-1.{domain}:7070,learner-2.{domain}:7070",
     ]  # fmt: skip
     assert env["DLAAS_PS_DIR"]["value"] == "/dev/shm/dlaas-ps"
-    assert ps["env"] == learner["env"]  # the sidecar reads the job's settings too
+    assert ps["env"] == shipper["env"]  # a helper: its snapshots go to the job's objects
     shm = {"name": "shm", "mountPath": "/dev/shm"}
     assert shm in ps["volumeMounts"] and shm in learner["volumeMounts"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(4 * 2**30)}} in spec[
