@@ -331,16 +331,22 @@ def model_zip(files: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
-    kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path
-) -> None:
+async def restartable_job(ctx: Context, train: str) -> str:
+    """A job running `train` as train.py, checkpointing, restarted up to twice."""
     job_id = await make_job(
-        kube_ctx,
+        ctx,
         "python train.py",
         checkpoint={"interval_s": 1, "keep": 2},
         restart_policy={"max_restarts": 2, "backoff_s": 0.1},
     )
-    kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
+    ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": train}))
+    return job_id
+
+
+async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path
+) -> None:
+    job_id = await restartable_job(kube_ctx, TRAIN)
     # The runners reach the job's objects through the API's gateway, as in a cluster.
     api = services.start_gateway_api(kube_ctx.settings, tmp_path / "api")
     try:

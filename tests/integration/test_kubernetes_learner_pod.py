@@ -29,7 +29,7 @@ from storage.job_states import JobState
 from tests import services
 from tests.integration import kube_harness
 from tests.integration.kube_harness import core_api, follow, load, make_job, pod_watcher
-from tests.integration.test_kubernetes_backend import model_zip, state_is
+from tests.integration.test_kubernetes_backend import model_zip, restartable_job, state_is
 from tests.kube.emulator import RunningEmulator
 from tests.kube.kubelet import Kubelet
 
@@ -108,13 +108,7 @@ async def test_a_job_runs_to_completed_with_its_output_stored_by_the_helpers(
 async def test_a_stopped_pod_stores_its_checkpoint_and_log_and_says_it_was_stopped(
     kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path, gateway: None
 ) -> None:
-    job_id = await make_job(
-        kube_ctx,
-        "python train.py",
-        checkpoint={"interval_s": 1, "keep": 2},
-        restart_policy={"max_restarts": 2, "backoff_s": 0.1},
-    )
-    kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": STOPPABLE}))
+    job_id = await restartable_job(kube_ctx, STOPPABLE)
     committed = f"jobs/{job_id}/checkpoints/ckpt-000000000007/COMMITTED"
 
     async def checkpoint_stored() -> bool:

@@ -154,41 +154,33 @@ def test_the_runners_exit_report_in_the_termination_message_says_how_it_ended() 
     assert "could not start (StartError): no such file" in status.reason
 
 
+def ended_pod(program_reason: str, report: ExitReport) -> dict[str, Any]:
+    """A learner pod whose program ended with `program_reason` and whose shipper reported."""
+    code = report.exit_code
+    shipper = {"exitCode": code, "reason": "Error", "message": report.to_json()}
+    return learner_pod(
+        "Failed",
+        containerStatuses=[
+            {
+                "name": "program",
+                "state": {"terminated": {"exitCode": code, "reason": program_reason}},
+            },
+            {"name": "shipper", "state": {"terminated": shipper}},
+        ],
+    )
+
+
 def test_the_shipper_says_how_the_learner_ended_and_the_program_whether_it_ran_out_of_memory() -> (
     None
 ):
     report = ExitReport(137, "SIGKILL", "the command was killed by SIGKILL", stopped=False)
-    ended = learner_pod(
-        "Failed",
-        containerStatuses=[
-            {"name": "program", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}},
-            {
-                "name": "shipper",
-                "state": {
-                    "terminated": {"exitCode": 137, "reason": "Error", "message": report.to_json()}
-                },
-            },
-        ],
-    )
-    status = learner_status(ended)
+    status = learner_status(ended_pod("OOMKilled", report))
     assert status is not None
     assert (status.exit_code, status.oom_killed) == (137, True)
     assert status.reason.startswith("out of memory: the learner was OOMKilled at its memory limit")
     # A program that exited by itself: the shipper's code is the learner's, its message too.
     stopped = ExitReport(143, "SIGTERM", "stopped by SIGTERM", stopped=True, last_line="s 3")
-    halted = learner_pod(
-        "Failed",
-        containerStatuses=[
-            {"name": "program", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}},
-            {
-                "name": "shipper",
-                "state": {
-                    "terminated": {"exitCode": 143, "reason": "Error", "message": stopped.to_json()}
-                },
-            },
-        ],
-    )
-    status = learner_status(halted)
+    status = learner_status(ended_pod("Error", stopped))
     assert status is not None
     assert (status.exit_code, status.oom_killed, status.told_to_stop) == (143, False, True)
 

@@ -171,15 +171,9 @@ def test_the_program_shares_the_job_dir_with_its_helpers_and_nothing_of_theirs()
 
 def test_the_job_asks_resources_for_its_program_and_the_helpers_take_little() -> None:
     by_name = containers(pod_manifest(spec(), FULL_OPTIONS, OWNER))
-    assert by_name["program"]["resources"] == {
-        "requests": {"cpu": "1500m", "memory": str(3 * 2**30), "nvidia.com/gpu": "1"},
-        "limits": {
-            "cpu": "1500m",
-            "memory": str(3 * 2**30),
-            "nvidia.com/gpu": "1",
-            "ephemeral-storage": "20Gi",
-        },
-    }
+    program = by_name["program"]["resources"]
+    assert program["requests"] == {"cpu": "1500m", "memory": str(3 * 2**30), "nvidia.com/gpu": "1"}
+    assert program["limits"] == {**program["requests"], "ephemeral-storage": "20Gi"}
     for helper in ("fetch", "shipper"):
         resources = by_name[helper]["resources"]
         assert "nvidia.com/gpu" not in resources["limits"]
