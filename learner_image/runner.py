@@ -77,8 +77,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from learner_image.background import Background
+from learner_image.connections import open_store, settings_of
 from learner_image.launcher import Launcher
 from learner_image.learner_log import LearnerLog
+from learner_image.pod import ROLES, run_role
 from learner_image.runner_config import RunnerConfig, RunnerFailure, parse_config
 from learner_image.shipping import EXIT_RUNNER_FAILURE
 
@@ -97,6 +99,7 @@ class Runner:
         self.environ = environ
         self.launcher = Launcher(config, environ)
         self.shipper: Shipper | None = None
+        self.log: LearnerLog | None = None
         self._connecting: Background[Reporter] | None = None
 
     def install_signal_handlers(self) -> None:
@@ -140,8 +143,8 @@ class Runner:
             except OSError as exc:
                 return shipper.fail(f"could not start the command: {exc}")
             shipper.running(restored)
-            assert isinstance(shipper.output.log, LearnerLog)
-            return shipper.end(self.launcher.wait(shipper.output.log))
+            assert self.log is not None
+            return shipper.end(self.launcher.wait(self.log))
         except RunnerFailure as exc:
             if self.shipper is None:  # nothing to report to: the caller prints it
                 self.launcher.kill()
@@ -158,7 +161,7 @@ class Runner:
                 self.shipper.close()
 
     def _start_connecting(self, settings: Settings) -> None:
-        from learner_image.reporting import connect_reporter
+        from learner_image.connections import connect_reporter
 
         if self._connecting is None:
             self._connecting = Background(
@@ -173,40 +176,16 @@ class Runner:
         self._start_connecting(settings)
         assert self._connecting is not None
         reporter = self._connecting.result()
+        self.log = LearnerLog(self.config.log_path)
         self.shipper = Shipper(
-            self.config,
-            reporter,
-            store,
-            self.environ,
-            LearnerLog(self.config.log_path),
-            self.launcher.frozen,
+            self.config, reporter, store, self.environ, self.log, self.launcher.frozen
         )
         return self.shipper
 
 
-def settings_of() -> Settings:
-    from storage.settings import Settings
-
-    try:
-        return Settings()
-    except ValueError as exc:
-        raise RunnerFailure(f"bad DLAAS_* settings: {exc}") from exc
-
-
-def open_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
-    from storage.object_store import open_learner_object_store
-
-    try:
-        return open_learner_object_store(settings, environ)
-    except Exception as exc:
-        raise RunnerFailure(f"could not open the object store: {exc}") from exc
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("fetch", "program", "ship"):
-        from learner_image.pod import run_role
-
+    if args and args[0] in ROLES:
         sys.exit(run_role(args[0], args[1:], os.environ))
     environ = os.environ
     try:

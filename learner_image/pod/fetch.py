@@ -17,9 +17,8 @@ from learner_image.runner_config import RunnerConfig, RunnerFailure
 
 
 def run(config: RunnerConfig, environ: Mapping[str, str]) -> int:
+    from learner_image.connections import connect_reporter, open_store, settings_of
     from learner_image.fetch_phase import fetch_all
-    from learner_image.reporting import connect_reporter
-    from learner_image.runner import open_store, settings_of
     from learner_image.shipping import Shipper
     from storage.object_store import ObjectStore
 
