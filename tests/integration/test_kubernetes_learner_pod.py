@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from tests.integration import kube_harness
 from tests.integration.kube_harness import core_api, follow, load, make_job, pod_watcher
 from tests.integration.test_kubernetes_backend import model_zip, restartable_job, state_is
 from tests.kube.emulator import RunningEmulator
-from tests.kube.kubelet import Kubelet
+from tests.kube.kubelet import Kubelet, isolation
 
 emulator = kube_harness.emulator
 namespace = kube_harness.namespace
@@ -140,7 +139,11 @@ async def test_a_stopped_pod_stores_its_checkpoint_and_log_and_says_it_was_stopp
     assert (report.exit_code, report.signal, report.stopped) == (143, "SIGTERM", True)
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare for PID namespaces")
+@pytest.mark.skipif(
+    not isolation(),
+    reason="the test kubelet needs PID namespaces (unshare) to keep a "
+    "program's /proc apart from its helpers', as a pod's containers are",
+)
 async def test_a_programs_look_around_finds_no_credential(
     kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path, gateway: None
 ) -> None:

@@ -9,10 +9,11 @@ each with its own environment resolved (Secret references included; MASTER_ADDR=
 with a port per job), each volume a local directory under `workdir/<pod>/volumes/` at the
 paths its container mounts it (environment values and the working directory under a mount
 path made local, the termination message file too), each in a PID namespace of its own
-(`unshare`), so a container's processes see no other's `/proc`. A failed init container
-fails the pod with its exit code and message; once every container ended, the pod is
-Succeeded or Failed with each container's exit code and message. A deleted pod's
-processes are sent SIGTERM, and SIGKILL after the pod's grace period.
+(`unshare`, where the machine allows it), so a container's processes see no other's
+`/proc`. A failed init container fails the pod with its exit code and message; once every
+container ended, the pod is Succeeded or Failed with each container's exit code and
+message. A deleted pod's processes are sent SIGTERM, and SIGKILL after the pod's grace
+period.
 Tests may also set any status by hand (`start`, `finish`, `unschedulable`, `waiting`).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -61,14 +63,17 @@ def container_status(
     }
 
 
-def _isolation() -> list[str]:
-    """The command prefix that runs a container's process in a PID namespace of its own."""
+@functools.cache
+def isolation() -> tuple[str, ...]:
+    """The command prefix that runs a container's processes in a PID namespace of their own,
+    as a pod's containers are; empty where this machine cannot make one."""
     if shutil.which("unshare") is None:
-        return []
+        return ()
     prefix = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
     if os.getuid() != 0:
         prefix[1:1] = ["--user", "--map-root-user"]
-    return prefix
+    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30, check=False)
+    return tuple(prefix) if probe.returncode == 0 else ()
 
 
 def _now() -> str:
@@ -316,7 +321,7 @@ class Kubelet:
             Path(cwd).mkdir(parents=True, exist_ok=True)
             output = root / f"{container['name']}.output.log"
             process = subprocess.Popen(
-                [*_isolation(), *container["command"]],
+                [*isolation(), *container["command"]],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
