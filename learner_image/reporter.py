@@ -1,5 +1,8 @@
 """What a learner tells the control plane through Redis: events, heartbeats, logs, metrics.
 
+It signs in as its job's Redis user, which reaches only the job's own keys: events go to the
+job's own stream, which the lifecycle manager relays (`lifecycle_manager.event_relay`).
+
 Key names and record encodings are `storage.streams`'; this module only sends. Publishing an
 event retries for about a second and a half (a lost event is a learner the lifecycle manager
 misjudges); log and metric batches are sent once (the durable files keep every line).
@@ -30,7 +33,7 @@ class Reporter:
     def publish(self, event: streams.LearnerEvent) -> None:
         for tries in range(EVENT_ATTEMPTS):
             try:
-                streams.publish_learner_event(self.client, event)
+                streams.publish_job_event(self.client, event)
                 return
             except redis.RedisError:
                 if tries == EVENT_ATTEMPTS - 1:

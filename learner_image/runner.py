@@ -44,9 +44,10 @@ is a hung one) -> status STORING -> last checkpoint, RESULT_DIR (learner 1 to
 uploaded -> an `exit` event -> exit. A command killed by a signal (or stopped) did not
 finish: no STORING and no results, only its last checkpoint and its log are uploaded.
 
-Learner events (stream `dlaas:learner-events`, fields besides job/learner/attempt/kind):
-`status` with `state` DOWNLOADING | RUNNING | STORING; `checkpoint` with `name` (its path under
-`jobs/{job}/checkpoints/`: `ckpt-...`, or `learner-{n}/ckpt-...` for a series of its own);
+Learner events (stream `dlaas:job:{job}:events`, relayed into `dlaas:learner-events`; fields
+besides job/learner/attempt/kind): `status` with `state` DOWNLOADING | RUNNING | STORING;
+`checkpoint` with `name` (its path under `jobs/{job}/checkpoints/`: `ckpt-...`, or
+`learner-{n}/ckpt-...` for a series of its own);
 `exit` with `exit_code` (the runner's own exit code, below), `signal` (e.g. `SIGKILL`, or
 empty), `reason` (text for the user), `source` (`command` when the user's command ended
 or was stopped, `runner` when the runner itself failed) and `stopped` (`1` when the runner

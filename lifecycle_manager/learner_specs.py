@@ -12,7 +12,7 @@ from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.restart_policy import RestartPolicy
-from storage import training_data
+from storage import job_redis_users, training_data
 from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
 from storage.training_data import training_data_store
@@ -31,12 +31,17 @@ def job_objects_url(settings: Settings) -> str:
     return f"{base}{JOB_OBJECTS_PATH}" if base else ""
 
 
-def storage_env(settings: Settings, job_token: str) -> dict[str, str]:
+def storage_env(settings: Settings, job_id: str, job_token: str) -> dict[str, str]:
     """What a runner needs to reach the job's objects and Redis: the API's object gateway
-    and the token minted for the job, never the object store's own settings or keys, nor
-    the database's (a job's code could read them from the runner's environment)."""
+    and the token minted for the job, with which it also signs in to Redis as the job's own
+    user (`storage.job_redis_users`); never the object store's own settings or keys, nor the
+    database's, nor Redis's password (a job's code could read them from the runner's
+    environment)."""
+    redis_url = settings.redis_url
+    if settings.redis_job_users and job_token:
+        redis_url = job_redis_users.learner_url(redis_url, job_id, job_token)
     return {
-        "DLAAS_REDIS_URL": settings.redis_url,
+        "DLAAS_REDIS_URL": redis_url,
         "DLAAS_JOB_OBJECTS_URL": job_objects_url(settings),
         "DLAAS_JOB_TOKEN": job_token,
     }
@@ -94,7 +99,7 @@ def learner_specs(
     limits = resources(manifest)
     user_env = manifest.get("environment") or {}
     common = {str(key): str(value) for key, value in dict(user_env).items()}
-    common.update(storage_env(settings, job_token))
+    common.update(storage_env(settings, job_id, job_token))
     common.update(
         {
             "TRAINING_ID": job_id,

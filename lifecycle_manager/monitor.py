@@ -1,5 +1,7 @@
 """The health monitor: applies learner events to jobs as they arrive, and fails learners
-whose heartbeats stopped (hung) so the restart policy can restart them.
+whose heartbeats stopped (hung) so the restart policy can restart them. It also relays each
+job's events from the job's own stream into the shared one (`event_relay`) and keeps Redis's
+job users in line with the database every second (`job_users`).
 
     python -m lifecycle_manager.monitor [--consumer NAME]
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -24,7 +27,9 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from lifecycle_manager import job_users
 from lifecycle_manager.context import Context, open_context
+from lifecycle_manager.event_relay import EventRelay
 from lifecycle_manager.heartbeats import check_heartbeats
 from lifecycle_manager.learner_reports import Settled, apply_learner_events
 from lifecycle_manager.liveness import Heartbeat
@@ -40,6 +45,7 @@ BLOCK_MS = 1000
 CLAIM_IDLE_MS = 30_000
 CLAIM_EVERY_S = 10.0
 HEARTBEAT_CHECK_EVERY_S = 1.0
+JOB_USERS_EVERY_S = 1.0
 MAX_FAILURES = 5  # an event that fails this often is logged and dropped
 FAILURE_PAUSE_S = 0.5  # after a step in which an event failed, before the next
 DRAIN_ON_STOP_S = 5.0
@@ -53,6 +59,7 @@ class Monitor:
         self.ctx = ctx
         self.consumer = consumer
         self.heartbeat = heartbeat or Heartbeat(ctx.settings.liveness_file)
+        self.relay = EventRelay(ctx.redis)
         self.failures: Counter[str] = Counter()
         self._backlog = True  # re-read our own unacknowledged events first
         # Since when Redis has answered without a break (learners are heard through it).
@@ -60,6 +67,9 @@ class Monitor:
 
     async def run(self, stop: asyncio.Event) -> None:
         await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
+        # Beside the event loop below, so neither waits for the other.
+        relaying = asyncio.create_task(self.relay.run(stop))
+        syncing = asyncio.create_task(self.sync_job_users(stop))
         loop = asyncio.get_running_loop()
         next_claim = next_beat_check = 0.0
         while not stop.is_set():
@@ -76,13 +86,15 @@ class Monitor:
                 log.warning("monitor: %s; retrying", error)
                 await asyncio.sleep(1)
                 self.listening_since = time.time()
+        await asyncio.gather(relaying, syncing)
         await self.drain(DRAIN_ON_STOP_S)
 
     async def drain(self, timeout_s: float) -> None:
-        """Handle the events already in the stream (for at most `timeout_s`): a monitor told
-        to stop first records what its learners just reported, such as being stopped."""
+        """Handle the events already sent (for at most `timeout_s`): a monitor told to stop
+        first records what its learners just reported, such as being stopped."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         try:
+            await self.relay.relay_all()
             while asyncio.get_running_loop().time() < deadline:
                 own_backlog = self._backlog  # an empty read of it says nothing of new events
                 if not await self.step(block_ms=DRAIN_BLOCK_MS) and not own_backlog:
@@ -97,6 +109,18 @@ class Monitor:
             raise
         except Exception:  # a bad job must not stop the monitor; the next check retries
             log.exception("monitor: heartbeat check failed")
+
+    async def sync_job_users(self, stop: asyncio.Event) -> None:
+        """Keep Redis's job users in line with the database, every `JOB_USERS_EVERY_S`."""
+        while not stop.is_set():
+            try:
+                await job_users.sync(self.ctx)
+            except (RedisError, OSError) as error:
+                log.warning("monitor: keeping job users in line: %s; retrying", error)
+            except Exception:  # the database may be away; the next pass retries
+                log.exception("monitor: keeping job users in line failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), JOB_USERS_EVERY_S)
 
     async def step(self, block_ms: int | None = BLOCK_MS) -> int:
         """Read and handle one batch; returns how many events it handled. `block_ms`: how

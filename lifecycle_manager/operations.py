@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
+from lifecycle_manager import job_users
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoCapacity
 from lifecycle_manager.capacity_wait import (
     CAPACITY_RETRY_S,
@@ -95,8 +96,10 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
     try:
         # A halted job's streams may have been set to expire: they live while it runs.
         await streams.akeep_job_streams(ctx.redis, job_id)
+        await job_users.grant(ctx, job_id, token)
     except RedisError as error:
-        log.warning("job %s: could not keep its streams from expiring: %s", job_id, error)
+        # The monitor grants the job's Redis user within a second; learners retry meanwhile.
+        log.warning("job %s: could not prepare its Redis keys and user: %s", job_id, error)
     try:
         created = await ctx.backend.create_learners(specs)
     except NoCapacity as refusal:

@@ -68,6 +68,25 @@ async def revoke(session: AsyncSession, job_id: str) -> int:
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+async def live_token_hashes(session: AsyncSession) -> dict[str, list[str]]:
+    """job -> the hashes of its tokens that are valid now (not revoked, the job may run)."""
+    stopped = [state.value for state in STOPPED_STATES]
+    rows = await session.execute(
+        select(JobCredential.job_id, JobCredential.token_hash)
+        .join(Job, Job.id == JobCredential.job_id)
+        .where(
+            JobCredential.revoked_at.is_(None),
+            Job.deleted_at.is_(None),
+            Job.state.not_in(stopped),
+        )
+        .order_by(JobCredential.id)
+    )
+    live: dict[str, list[str]] = {}
+    for job_id, token_hash in rows:
+        live.setdefault(job_id, []).append(token_hash)
+    return live
+
+
 def named_containers(manifest: Mapping[str, Any]) -> list[str]:
     """Every data container the manifest's data stores name as training data."""
     names = []

@@ -16,6 +16,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -132,6 +133,15 @@ class JobCredential(Base):
     runs (`storage.job_credentials`)."""
 
     __tablename__ = "job_credentials"
+    # The monitor reads the live tokens every second (`job_credentials.live_token_hashes`).
+    __table_args__ = (
+        Index(
+            "ix_job_credentials_live",
+            "job_id",
+            postgresql_where=text("revoked_at IS NULL"),
+            sqlite_where=text("revoked_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # a command); past it the request is answered 503 naming the one that did not answer.
     database_timeout_s: float = 30.0
     redis_timeout_s: float = 10.0
+    # Learners reach Redis as an ACL user of their own job (`storage.job_redis_users`); turn
+    # off only for a Redis that refuses ACL commands (then learners get the platform's URL).
+    redis_job_users: bool = True
 
     # Bytes each user may keep in data containers and jobs' results together (0: no limit);
     # past it, uploads and submissions are refused, running jobs' results still stored.

@@ -7,8 +7,17 @@ Keys:
     dlaas:job:{job_id}:metrics      stream of point batches {"l", "a", "s": number of the first
                                     point, "m": the points as lines of the metrics file}
     dlaas:job:{job_id}:heartbeats   hash   {learner: unix time}
+    dlaas:job:{job_id}:events       stream of the job's learner events, as its runners send
+                                    them (they reach only their own job's keys), relayed by
+                                    the lifecycle manager into the shared stream below with
+                                    `job` set from the key (`lifecycle_manager.event_relay`)
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
+    dlaas:relayed-jobs              sorted set: the jobs whose event streams are relayed,
+                                    scored 0 while their learners may report, then by the
+                                    time their Redis user was revoked
+    dlaas:relay-cursors             hash {job: id of the last event relayed}
+    dlaas:relay-wake                stream: a job was added to the relayed set
 
 Lines and points are numbered per learner as in the learner's stored log and metrics file
 (`jobs/{id}/logs/learner-{n}.log`, `jobs/{id}/metrics/learner-{n}.jsonl`), 1-based and
@@ -43,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LEARNER_EVENTS: Final = "dlaas:learner-events"
+RELAYED_JOBS: Final = "dlaas:relayed-jobs"
+RELAY_CURSORS: Final = "dlaas:relay-cursors"
+RELAY_WAKE: Final = "dlaas:relay-wake"
 # Each node agent's word on how it runs learners' programs: node name -> JSON
 # {"isolated": bool, "why": str}; the API warns when a node runs every job as one user.
 NODE_ISOLATION: Final = "dlaas:node-isolation"
@@ -55,6 +67,7 @@ METRICS_MAXLEN: Final = 2_000
 BATCH_BYTES: Final = 32 * 1024
 METRIC_BATCH_POINTS: Final = 500
 LEARNER_EVENTS_MAXLEN: Final = 100_000
+JOB_EVENTS_MAXLEN: Final = 10_000
 HEARTBEAT_TTL_SECONDS: Final = 24 * 3600
 # How long a finished job's live streams stay in Redis; its stored log and metrics remain.
 FINISHED_STREAMS_TTL_SECONDS: Final = 3600
@@ -84,9 +97,13 @@ def heartbeats_key(job_id: str) -> str:
     return f"dlaas:job:{job_id}:heartbeats"
 
 
-def job_keys(job_id: str) -> tuple[str, str, str]:
-    """Every key that holds data of one job."""
-    return logs_key(job_id), metrics_key(job_id), heartbeats_key(job_id)
+def events_key(job_id: str) -> str:
+    return f"dlaas:job:{job_id}:events"
+
+
+def job_keys(job_id: str) -> tuple[str, ...]:
+    """Every key that holds data of one job (and all that its learners may touch)."""
+    return logs_key(job_id), metrics_key(job_id), heartbeats_key(job_id), events_key(job_id)
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -327,7 +344,7 @@ def _stream_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | Non
     streams = answer.items() if isinstance(answer, Mapping) else answer
     entries: list[tuple[StreamId, Mapping[Any, Any] | None]] = []
     for _key, items in streams:
-        entries.extend((_text(entry_id), fields) for entry_id, fields in items)
+        entries.extend((as_text(entry_id), fields) for entry_id, fields in items)
     return entries
 
 
@@ -335,7 +352,7 @@ def _claimed_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | No
     """Entries of an XAUTOCLAIM answer: [next id, entries, (deleted ids)]."""
     if not answer or len(answer) < 2:
         return []
-    return [(_text(entry_id), fields) for entry_id, fields in answer[1]]
+    return [(as_text(entry_id), fields) for entry_id, fields in answer[1]]
 
 
 def _logs(answer: Any) -> list[tuple[StreamId, LogBatch]]:
@@ -430,7 +447,7 @@ def append_logs(redis: Redis, job_id: str, batches: Iterable[LogBatch]) -> list[
     pipe = redis.pipeline(transaction=False)
     for batch in batches:
         pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_batch(batch), LOGS_MAXLEN))
-    return [_text(i) for i in pipe.execute()]
+    return [as_text(i) for i in pipe.execute()]
 
 
 def read_logs(
@@ -450,7 +467,7 @@ def append_metrics(redis: Redis, job_id: str, batches: Iterable[MetricBatch]) ->
     pipe = redis.pipeline(transaction=False)
     for batch in batches:
         pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric_batch(batch), METRICS_MAXLEN))
-    return [_text(i) for i in pipe.execute()]
+    return [as_text(i) for i in pipe.execute()]
 
 
 def read_metrics(
@@ -465,8 +482,22 @@ def read_metrics(
 
 
 def publish_learner_event(redis: Redis, event: LearnerEvent) -> StreamId:
+    """Into the shared stream: for the platform's own reporters (node agent, pod watcher)."""
     fields = encode_learner_event(event)
-    return _text(redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
+    return as_text(redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
+
+
+def publish_job_event(redis: Redis, event: LearnerEvent) -> StreamId:
+    """Into the job's own event stream: what a learner's runner may write (it is relayed)."""
+    fields = encode_learner_event(event)
+    key = events_key(event.job)
+    return as_text(redis.xadd(**_xadd_kwargs(key, fields, JOB_EVENTS_MAXLEN)))
+
+
+def job_events(redis: Redis, job_id: str) -> list[tuple[StreamId, LearnerEvent]]:
+    """The events in a job's own stream not relayed yet (entries that are not events left out)."""
+    entries = redis.xrange(events_key(job_id)) or []
+    return _events((as_text(entry_id), fields) for entry_id, fields in entries)[0]
 
 
 def ensure_learner_group(redis: Redis, group: str, start_id: StreamId = "0") -> None:
@@ -548,7 +579,7 @@ def _isolation(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     found = {}
     for node, value in raw.items():
         with contextlib.suppress(ValueError, TypeError):
-            found[_text(node)] = dict(json.loads(_text(value)))
+            found[as_text(node)] = dict(json.loads(as_text(value)))
     return found
 
 
@@ -577,7 +608,7 @@ async def aappend_logs(
     pipe = redis.pipeline(transaction=False)
     for batch in batches:
         pipe.xadd(**_xadd_kwargs(logs_key(job_id), encode_log_batch(batch), LOGS_MAXLEN))
-    return [_text(i) for i in await pipe.execute()]
+    return [as_text(i) for i in await pipe.execute()]
 
 
 async def aread_logs(
@@ -597,7 +628,7 @@ async def aappend_metrics(
     pipe = redis.pipeline(transaction=False)
     for batch in batches:
         pipe.xadd(**_xadd_kwargs(metrics_key(job_id), encode_metric_batch(batch), METRICS_MAXLEN))
-    return [_text(i) for i in await pipe.execute()]
+    return [as_text(i) for i in await pipe.execute()]
 
 
 async def aread_metrics(
@@ -617,12 +648,12 @@ async def aread_metrics_newest(
 ) -> list[tuple[StreamId, MetricBatch]]:
     """The newest `count` metric batches, newest first."""
     answer = await redis.xrevrange(metrics_key(job_id), count=count) or []
-    return [(_text(i), decode_metric_batch(f or {})) for i, f in answer]
+    return [(as_text(i), decode_metric_batch(f or {})) for i, f in answer]
 
 
 async def apublish_learner_event(redis: AsyncRedis, event: LearnerEvent) -> StreamId:
     fields = encode_learner_event(event)
-    return _text(await redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
+    return as_text(await redis.xadd(**_xadd_kwargs(LEARNER_EVENTS, fields, LEARNER_EVENTS_MAXLEN)))
 
 
 async def aensure_learner_group(redis: AsyncRedis, group: str, start_id: StreamId = "0") -> None:
@@ -726,12 +757,12 @@ async def akeep_job_streams(redis: AsyncRedis, job_id: str) -> None:
 # -- small decoders ---------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
 
 
 def _text_fields(fields: Mapping[Any, Any]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in fields.items()}
+    return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
 def _int(value: str | None, default: int) -> int:

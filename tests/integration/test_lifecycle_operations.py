@@ -25,8 +25,8 @@ from lifecycle_manager.context import Context
 from lifecycle_manager.job_progress import LearnerState
 from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
 from lifecycle_manager.reconcile import reconcile
+from storage import job_redis_users, streams
 from storage import jobs as repo
-from storage import streams
 from storage.job_states import JobState
 from storage.models import Job, utcnow
 from storage.users import create_user
@@ -148,7 +148,17 @@ async def test_deploy_creates_every_learner_with_its_environment(
         assert env["DLAAS_ATTEMPT"] == "1"
         assert env["DLAAS_CHECKPOINT_INTERVAL"] == "7.0"
         assert env["DLAAS_CHECKPOINT_KEEP"] == "4"
-        assert env["DLAAS_REDIS_URL"] == ctx.settings.redis_url
+        # Redis as the job's own user, with the job's token: it reaches the job's keys only.
+        assert env["DLAAS_REDIS_URL"] == job_redis_users.learner_url(
+            ctx.settings.redis_url, job_id, env["DLAAS_JOB_TOKEN"]
+        )
+        as_learner = redis.Redis.from_url(env["DLAAS_REDIS_URL"])
+        try:
+            assert as_learner.xadd(streams.events_key(job_id), {"probe": "1"})
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                as_learner.xadd(streams.LEARNER_EVENTS, {"job": "another"})
+        finally:
+            as_learner.close()
         assert env["LR"] == "0.5"
         assert env["CHECKPOINT_DIR"].endswith(
             f"/jobs/{job_id}/learner-{learner}/a1/program/checkpoints"

@@ -107,8 +107,7 @@ class Learner:
 
     def events(self) -> list[dict[str, str]]:
         found = []
-        for _, fields in self.redis.xrange(streams.LEARNER_EVENTS) or []:
-            event = streams.decode_learner_event(fields)
+        for _, event in streams.job_events(self.redis, self.job_id):
             if event.job == self.job_id:
                 found.append(
                     {"kind": event.kind, "learner": str(event.learner)}

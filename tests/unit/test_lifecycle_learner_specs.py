@@ -25,7 +25,7 @@ MANIFEST = {
 def settings(tmp_path: Path) -> Settings:
     return Settings(
         home=tmp_path,
-        redis_url="redis://r:6379/2",
+        redis_url="redis://:platform-pw@r:6379/2",
         database_url="postgresql+asyncpg://db/dlaas",
         s3_access_key="s3key",
         s3_secret_key="s3cret",
@@ -80,7 +80,9 @@ def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
         "acc=(?P<acc>[0-9.]+)",
         "loss=(?P<loss>[0-9.]+)",
     ]
-    assert env["DLAAS_REDIS_URL"] == "redis://r:6379/2"
+    # Redis as the job's own user, signing in with the job's token: not the platform's password.
+    assert env["DLAAS_REDIS_URL"] == "redis://dlaas-job-training-abc:dlaasjob_t0ken@r:6379/2"
+    assert "platform-pw" not in json.dumps(env)
     # The job's objects through the API's gateway with the job's own token, and nothing of
     # the platform's: no store keys or objects directory, no database, no home.
     assert env["DLAAS_JOB_OBJECTS_URL"] == "http://api.example:8470/v2/job-objects"
@@ -130,3 +132,18 @@ def test_user_environment_cannot_override_what_dlaas_sets(tmp_path: Path) -> Non
         settings=settings(tmp_path),
     )  # fmt: skip
     assert spec.env["RANK"] == "0"
+
+
+def test_without_job_users_learners_get_the_platforms_redis(tmp_path: Path) -> None:
+    """`DLAAS_REDIS_JOB_USERS=false`, for a Redis that refuses ACL commands."""
+    plain = settings(tmp_path).model_copy(update={"redis_job_users": False})
+    [spec] = learner_specs(
+        job_id="training-abc",
+        owner_id=7,
+        attempt=1,
+        num_learners=1,
+        manifest=MANIFEST,
+        settings=plain,
+        job_token="dlaasjob_t0ken",
+    )
+    assert spec.env["DLAAS_REDIS_URL"] == "redis://:platform-pw@r:6379/2"
