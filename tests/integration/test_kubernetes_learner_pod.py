@@ -163,7 +163,8 @@ async def test_a_programs_look_around_finds_no_credential(
     settings = kube_ctx.settings
     credentials = {
         "the job's token": secret["stringData"]["DLAAS_JOB_TOKEN"],
-        "the Redis URL": settings.redis_url,
+        "the job's Redis URL": secret["stringData"]["DLAAS_REDIS_URL"],
+        "the platform's Redis URL": settings.redis_url,
         "the S3 access key": settings.s3_access_key,
         "the S3 secret key": settings.s3_secret_key,
     }
