@@ -30,7 +30,7 @@ def run(config: RunnerConfig, environ: Mapping[str, str]) -> int:
     restored = None
     try:
         store = open_store(settings, environ)
-        restored = fetch_all(config, store, settings, lambda: stop.signal is not None, _nothing)
+        restored = fetch_all(config, store, settings, lambda: stop.signal is not None, lambda: None)
     except RunnerFailure as exc:
         failure = str(exc)
     if failure or stop.signal is not None:
@@ -47,7 +47,3 @@ def run(config: RunnerConfig, environ: Mapping[str, str]) -> int:
     assert config.runner_dir is not None, "the helpers keep their files in DLAAS_RUNNER_DIR"
     leave_start(config.runner_dir, restored, log.origin)
     return 0
-
-
-def _nothing() -> None:
-    pass

@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from learner_image.checkpoint_sync import open_inside
 from learner_image.launcher import HEARTBEAT_S, ProgramEnd
@@ -72,7 +72,7 @@ class ShipperSide:
     def __init__(self, shared: Path) -> None:
         self.shared = shared
 
-    def _open(self, name: str) -> Any:
+    def _open(self, name: str) -> BinaryIO:
         return open_inside(self.shared, f"{CONTROL}/{name}")
 
     def beating(self) -> bool:
