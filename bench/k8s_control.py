@@ -224,12 +224,12 @@ async def measure_phases(url: str, redis_url: str, home: Path, transitions: int)
         name = f"dlaas-{job.id}-learner-1-a1"
         running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
         since = await asyncio.to_thread(
-            patch, name, {"phase": "Running", "containerStatuses": [{"name": "learner", **running}]}
+            patch, name, {"phase": "Running", "containerStatuses": [{"name": "shipper", **running}]}
         )
         latencies.append(await wait_for(job.id, JobState.DOWNLOADING, since))
         done = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
         since = await asyncio.to_thread(
-            patch, name, {"phase": "Succeeded", "containerStatuses": [{"name": "learner", **done}]}
+            patch, name, {"phase": "Succeeded", "containerStatuses": [{"name": "shipper", **done}]}
         )
         latencies.append(await wait_for(job.id, JobState.COMPLETED, since))
     stop.set()

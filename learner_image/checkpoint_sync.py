@@ -107,10 +107,11 @@ def remote_checkpoints(
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
-def open_inside(root: Path, rel: str) -> BinaryIO:
-    """Open the regular file `rel` under `root` for reading, through no link at any step.
-    The program owns its checkpoint directory and may swap a file for a link to one of the
-    runner's between a check and the read: opened this way, the swap fails the read."""
+def open_inside(root: Path, rel: str, *, append: bool = False) -> BinaryIO:
+    """Open the regular file `rel` under `root` for reading (or appending), through no link
+    at any step. The program owns its checkpoint directory (in a Kubernetes learner pod, the
+    whole shared directory) and may swap a file for a link to one of the runner's between a
+    check and the read: opened this way, the swap fails the read."""
     parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise FileNotFoundError(rel)
@@ -120,13 +121,14 @@ def open_inside(root: Path, rel: str) -> BinaryIO:
             inner = os.open(part, _DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = inner
-        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        flags = os.O_WRONLY | os.O_APPEND if append else os.O_RDONLY
+        leaf = os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=fd)
     finally:
         os.close(fd)
     if not stat.S_ISREG(os.fstat(leaf).st_mode):
         os.close(leaf)
         raise FileNotFoundError(f"{rel} is not a regular file")
-    return os.fdopen(leaf, "rb")
+    return os.fdopen(leaf, "ab" if append else "rb", buffering=0 if append else -1)
 
 
 class CheckpointVanished(Exception):

@@ -17,6 +17,7 @@ import fcntl
 import os
 import threading
 from pathlib import Path
+from typing import BinaryIO, Protocol
 
 MAX_LINE_BYTES = 16 * 1024
 TRUNCATED_MARK = " [line truncated by dlaas]"
@@ -88,6 +89,31 @@ def count_lines(path: Path) -> tuple[int, int]:
     return size, lines
 
 
+class FollowedLog(Protocol):
+    """A log the live stream, the metrics and the uploads follow: written in this process
+    (`LearnerLog`) or by another one (`learner_image.shared_log.SharedLog`)."""
+
+    path: Path
+    origin: tuple[int, int]  # (bytes, lines) of earlier attempts: this attempt's start
+
+    def end(self) -> int:
+        """Bytes written so far, up to the end of a line."""
+        ...
+
+    def wait_beyond(self, offset: int, timeout: float) -> tuple[int, bool]: ...
+
+    def write_line(self, text: str) -> None: ...
+
+    def open_reader(self) -> BinaryIO: ...
+
+    def close(self) -> None: ...
+
+
+def line_bytes(text: str) -> bytes:
+    """A line of the runner's own as stored (a text with newlines becomes several lines)."""
+    return "".join(part + "\n" for part in text.split("\n")).encode(errors="replace")
+
+
 class LearnerLog:
     """An append-only log file of whole lines, and where it ends, for readers that follow it."""
 
@@ -95,6 +121,7 @@ class LearnerLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.size, self.lines = count_lines(path)
+        self.origin = (self.size, self.lines)
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
         self._changed = threading.Condition()
         self.closed = False
@@ -116,12 +143,18 @@ class LearnerLog:
 
     def write_line(self, text: str) -> None:
         """A line of the runner's own (a text with newlines becomes several lines)."""
-        self.append("".join(part + "\n" for part in text.split("\n")).encode(errors="replace"))
+        self.append(line_bytes(text))
 
     def extent(self) -> tuple[int, int]:
         """(bytes, lines) written so far; the bytes end at a line boundary."""
         with self._changed:
             return self.size, self.lines
+
+    def end(self) -> int:
+        return self.extent()[0]
+
+    def open_reader(self) -> BinaryIO:
+        return open(self.path, "rb")
 
     def wait_beyond(self, offset: int, timeout: float) -> tuple[int, bool]:
         """Wait until the file is longer than `offset` or closed; (size, closed)."""

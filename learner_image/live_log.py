@@ -14,7 +14,9 @@ fall behind instead, and catch up when the program waits or ends):
 - `LiveSender` owns the Redis connection: it sends what the tails offer and never makes
   them wait longer than they ask to.
 
-`LearnerOutput` puts them together for the runner.
+`LearnerOutput` puts them together for the runner. The log it follows is written in the same
+process (`LearnerLog`) or, in a Kubernetes learner pod, by the program's container
+(`learner_image.shared_log.SharedLog`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from learner_image.learner_log import READ_BYTES, LearnerLog, capture_output, count_lines
+from learner_image.learner_log import READ_BYTES, FollowedLog, LearnerLog, count_lines
 from learner_image.metrics_parser import MetricRecord
 from learner_image.sdk.thread_priority import lower_this_thread
 from storage.streams import BATCH_BYTES, METRIC_BATCH_POINTS, LogBatch, MetricBatch, metric_line
@@ -128,17 +130,17 @@ def _lines(data: bytes) -> list[str]:
 
 
 class _Follower:
-    """A thread that follows a `LearnerLog` from where it ends now, until it is closed and
-    read to its end, and offers what it makes of it to a `LiveSender`."""
+    """A thread that follows a log from where this attempt's part of it starts, until it is
+    closed and read to its end, and offers what it makes of it to a `LiveSender`."""
 
     def __init__(
-        self, log: LearnerLog, name: str, sender: LiveSender, learner: int, attempt: int
+        self, log: FollowedLog, name: str, sender: LiveSender, learner: int, attempt: int
     ) -> None:
         self.log = log
         self.sender = sender
         self.learner = learner
         self.attempt = attempt
-        self.offset, self.line = log.extent()
+        self.offset, self.line = log.origin
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
@@ -159,7 +161,7 @@ class _Follower:
     def _main(self) -> None:
         lower_this_thread()
         try:
-            with open(self.log.path, "rb") as f:
+            with self.log.open_reader() as f:
                 while True:
                     size, closed = self.log.wait_beyond(self.offset, POLL_S)
                     if self.offset < size:
@@ -178,7 +180,7 @@ class _Follower:
 class LiveLogTail(_Follower):
     def __init__(
         self,
-        log: LearnerLog,
+        log: FollowedLog,
         sender: LiveSender,
         learner: int,
         attempt: int,
@@ -243,7 +245,7 @@ MetricParse = Callable[[str], MetricRecord | None]
 class MetricsTail(_Follower):
     def __init__(
         self,
-        log: LearnerLog,
+        log: FollowedLog,
         metrics_path: Path,
         parse: MetricParse,
         sender: LiveSender,
@@ -280,19 +282,19 @@ class MetricsTail(_Follower):
 
 
 class LearnerOutput:
-    """The runner's side of a learner's output: the durable log, and behind it the live
-    stream and the metrics file."""
+    """The runner's side of a learner's output: the durable log (a `LearnerLog` opened at
+    `log`, when it is a path), and behind it the live stream and the metrics file."""
 
     def __init__(
         self,
         sink: Sink,
-        log_path: Path,
+        log: FollowedLog | Path,
         metrics_path: Path,
         learner: int,
         attempt: int,
         parse: MetricParse,
     ) -> None:
-        self.log = LearnerLog(log_path)
+        self.log: FollowedLog = LearnerLog(log) if isinstance(log, Path) else log
         self.sender = LiveSender(sink)
         self.live = LiveLogTail(self.log, self.sender, learner, attempt)
         self.metrics = MetricsTail(self.log, metrics_path, parse, self.sender, learner, attempt)
@@ -303,13 +305,9 @@ class LearnerOutput:
         """A line of the runner's own, e.g. `[dlaas] ...`; thread-safe."""
         self.log.write_line(text)
 
-    def capture(self, fd: int) -> str:
-        """Copy the command's output into the log until EOF; its last non-blank line."""
-        return capture_output(fd, self.log)
-
     def stored_extent(self) -> tuple[int, int]:
         """Bytes of the log and of the metrics file that hold whole lines, for an upload."""
-        return self.log.extent()[0], self.metrics.size
+        return self.log.end(), self.metrics.size
 
     def close(self, stall_s: float = 30.0) -> None:
         """Let the live stream and the metrics catch up with the end of the log (the live
@@ -321,7 +319,7 @@ class LearnerOutput:
             if not _join_while_moving(follower, stall_s):
                 print(
                     f"dlaas-learner: {follower.name} stuck at byte {follower.offset} of "
-                    f"{self.log.size}; left behind",
+                    f"{self.log.end()}; left behind",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -2,7 +2,10 @@
 
 Learner 1's results go to `jobs/{job}/results/`, another learner's (when it wrote any) to
 `jobs/{job}/results/learner-{n}/`. Symbolic links are followed only when they point inside
-RESULT_DIR; everything else that is not a regular file is skipped.
+RESULT_DIR; everything else that is not a regular file is skipped. Each file is opened
+through no link at any step (`open_inside`) and what was opened is uploaded: a file the
+program swaps for a link meanwhile (to one of the uploader's own, such as its
+`/proc/self/environ`) fails the upload instead of being stored.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from learner_image.checkpoint_sync import open_inside
 
 if TYPE_CHECKING:
     from storage.object_store import ObjectStore
@@ -49,6 +54,18 @@ def upload_results(store: ObjectStore, root: Path, prefix: str) -> int:
     if not files:
         return 0
     with ThreadPoolExecutor(max_workers=min(UPLOAD_WORKERS, len(files))) as pool:
-        for _ in pool.map(lambda rel: store.put_file(prefix + rel, root / rel), files):
+        for _ in pool.map(lambda rel: upload_one(store, root, rel, prefix + rel), files):
             pass
     return len(files)
+
+
+def upload_one(store: ObjectStore, root: Path, rel: str, key: str) -> None:
+    """Upload the file `rel` under `root` (or, for a link inside `root`, its target)."""
+    real_root = os.path.realpath(root)
+    source = os.path.relpath(os.path.realpath(root / rel), real_root).replace(os.sep, "/")
+    if source.startswith("../"):
+        raise FileNotFoundError(f"{rel} leads out of {root}")
+    with open_inside(root, source) as opened:
+        # The open file itself, not its name: the same file on a retry, whatever the
+        # program renames meanwhile.
+        store.put_file(key, Path(f"/dev/fd/{opened.fileno()}"))

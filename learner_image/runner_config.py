@@ -28,8 +28,9 @@ SECRET_ENV = (
 )
 PROGRAM_UID_ENV = "DLAAS_PROGRAM_UID"
 RUNNER_DIR_ENV = "DLAAS_RUNNER_DIR"
+SHARED_DIR_ENV = "DLAAS_SHARED_DIR"
 # The runner's own settings, none of the program's business.
-RUNNER_ENV = (PROGRAM_UID_ENV, RUNNER_DIR_ENV)
+RUNNER_ENV = (PROGRAM_UID_ENV, RUNNER_DIR_ENV, SHARED_DIR_ENV)
 DIR_ENV = {
     "MODEL_DIR": "model",
     "DATA_DIR": "data",
@@ -69,6 +70,9 @@ class RunnerConfig:
     # Where the runner keeps its own files (the complete log and metrics it uploads): out
     # of the program's reach when the program has a uid of its own. Default: LOG_DIR.
     runner_dir: Path | None = None
+    # In a Kubernetes learner pod: the directory the program's container shares with its
+    # helpers (`learner_image.pod`). The program's container writes the log there, in LOG_DIR.
+    shared_dir: Path | None = None
 
     @property
     def uploads_checkpoints(self) -> bool:
@@ -81,6 +85,8 @@ class RunnerConfig:
 
     @property
     def log_path(self) -> Path:
+        if self.shared_dir is not None:
+            return self.log_dir / f"learner-{self.learner}.log"
         return (self.runner_dir or self.log_dir) / f"learner-{self.learner}.log"
 
     @property
@@ -190,6 +196,7 @@ def parse_config(
         if environ.get(PROGRAM_UID_ENV)
         else None,
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
+        shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,
     )
 
 

@@ -64,6 +64,7 @@ from learner_image.ps.transport import (
     PeerTimeout,
     Progress,
     announce,
+    job_tag,
 )
 
 if TYPE_CHECKING:
@@ -93,13 +94,16 @@ class Exchange:
         self._consumed = dict.fromkeys(self.peers, 0)  # last seq the server used, per peer
         self._ready: set[int] = set()  # peers whose delivered message waits to be applied
         self.clocks = dict.fromkeys(self.peers, 0)
+        self.tag = job_tag(config.job)
         self.listener = Listener(
-            config.listen, self.inboxes, self._destination, self._delivered, self._lost
+            config.listen, self.inboxes, self._destination, self._delivered, self._lost, self.tag
         )
         if config.peers_dir is not None:
             host = "127.0.0.1" if config.listen[0] in ("0.0.0.0", "") else config.listen[0]
             publish(config.peers_dir, config.rank, (host, self.listener.address[1]))
-        self.links = {peer: Link(config.rank, peer, resolver(config, peer)) for peer in self.peers}
+        self.links = {
+            peer: Link(config.rank, peer, resolver(config, peer), self.tag) for peer in self.peers
+        }
         self._server: Server | None = None
         self._round_headers: dict[int, Header] = {}
         self._seq = 0
@@ -168,7 +172,7 @@ class Exchange:
     def _announce(self, kind: int, epoch: int, within: float, what: str) -> None:
         deadline = time.monotonic() + within
         for peer, link in self.links.items():
-            if not announce(kind, self.config.rank, epoch, link.address, deadline):
+            if not announce(kind, self.config.rank, epoch, link.address, deadline, self.tag):
                 log.warning("peer sidecar rank %d not reached to say this one %s", peer, what)
 
     def _lost(self, inbox: Inbox, kind: int) -> None:

@@ -9,6 +9,10 @@ fixed header and a float32 payload:
             ACK (seq = the message received),
             RESTARTED (seq = the sender's rank, clock = its new epoch; nothing follows),
             LEFT (seq = the sender's rank: it stopped on purpose; nothing follows)
+    A greeting (HELLO, RESTARTED, LEFT) carries no payload: its size field is the job's tag
+    (`job_tag`), and a listener takes greetings of its own job's sidecars only (the job's
+    NetworkPolicy lets no other pod reach it; this keeps a sidecar of another job, where
+    policies are not enforced, from taking part).
 
 The payload goes out of the sender's buffer with `sendall` on slices of it and comes in
 with `recv_into` on slices of the receiver's buffer: the socket's own copies are the only
@@ -29,6 +33,7 @@ that LEFT (its learners finished) is sent nothing more.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import socket
 import struct
@@ -44,6 +49,11 @@ HELLO, DATA, ACK, RESTARTED, LEFT = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<IIQQQd")
 CHUNK_BYTES = 4 << 20
 RETRY_S = 0.05
+
+
+def job_tag(job: str) -> int:
+    """The 64-bit tag of a job that its sidecars greet each other with."""
+    return int.from_bytes(hashlib.blake2b(job.encode(), digest_size=8).digest(), "big")
 
 
 class PeerFailed(Exception):
@@ -158,9 +168,12 @@ class Outgoing:
 class Link:
     """The dialled connection to one peer, with a sender thread."""
 
-    def __init__(self, rank: int, peer: int, address: Callable[[], tuple[str, int]]) -> None:
+    def __init__(
+        self, rank: int, peer: int, address: Callable[[], tuple[str, int]], tag: int = 0
+    ) -> None:
         self.rank = rank
         self.peer = peer
+        self.tag = tag
         self._address = address
         self._cond = threading.Condition()
         self._pending: Outgoing | None = None
@@ -235,7 +248,7 @@ class Link:
                 continue
             sock.settimeout(None)
             tune(sock)
-            sock.sendall(Header(HELLO, self.rank, 0, self.epoch).pack())
+            sock.sendall(Header(HELLO, self.rank, self.tag, self.epoch).pack())
             return sock
         raise ConnectionError("closed")
 
@@ -284,14 +297,19 @@ class Inbox:
 
 
 def announce(
-    kind: int, rank: int, epoch: int, address: Callable[[], tuple[str, int]], deadline: float
+    kind: int,
+    rank: int,
+    epoch: int,
+    address: Callable[[], tuple[str, int]],
+    deadline: float,
+    tag: int = 0,
 ) -> bool:
     """Tell one peer that this sidecar RESTARTED or LEFT, trying until `deadline` (a
     `time.monotonic()`); whether it was reached."""
     while True:
         try:
             with socket.create_connection(address(), timeout=1.0) as sock:
-                sock.sendall(Header(kind, rank, 0, epoch).pack())
+                sock.sendall(Header(kind, rank, tag, epoch).pack())
             return True
         except OSError:
             if time.monotonic() > deadline:
@@ -314,8 +332,10 @@ class Listener:
         destination: Destination,
         delivered: Delivered,
         lost: Lost | None = None,
+        tag: int = 0,
     ) -> None:
         self._server = socket.create_server(listen, reuse_port=False)
+        self._tag = tag
         self.address = self._server.getsockname()[:2]
         self._inboxes = inboxes
         self._destination = destination
@@ -351,6 +371,8 @@ class Listener:
             inbox = self._inboxes.get(hello.seq)
             if hello.kind not in (HELLO, RESTARTED, LEFT) or inbox is None:
                 raise ConnectionError(f"unexpected greeting {hello}")
+            if hello.size != self._tag:
+                raise ConnectionError(f"a greeting from another job's sidecar: {hello}")
             if hello.kind != HELLO:
                 self._lost(inbox, hello.kind)
                 return

@@ -100,7 +100,9 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
         root,
         "Never",
     )
-    [learner] = spec["containers"]
+    [fetch, ps] = spec["initContainers"]
+    [learner, shipper] = spec["containers"]
+    assert (fetch["name"], learner["name"], shipper["name"]) == ("fetch", "program", "shipper")
     assert learner["resources"] == {
         "requests": {"cpu": "2000m", "memory": str(4 * 2**30), "nvidia.com/gpu": "1"},
         "limits": {
@@ -113,12 +115,16 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     env = {item["name"]: item for item in learner["env"]}
     assert env["MASTER_ADDR"]["value"] == f"learner-1.{root}.{namespace}.svc"
     assert env["RANK"]["value"] == "1"
-    assert env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
+    # The program holds no credential; its helpers take the job's from its Secret.
+    assert not [item for item in learner["env"] if "valueFrom" in item]
+    assert "DLAAS_JOB_TOKEN" not in env and "DLAAS_REDIS_URL" not in env
+    helper_env = {item["name"]: item for item in shipper["env"]}
+    assert helper_env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
         "secretKeyRef": {"name": root, "key": "DLAAS_JOB_TOKEN"}
     }
-    assert "DLAAS_S3_SECRET_KEY" not in env and "DLAAS_S3_ACCESS_KEY" not in env
+    assert fetch["env"] == shipper["env"]
+    assert "DLAAS_S3_SECRET_KEY" not in helper_env and "DLAAS_S3_ACCESS_KEY" not in helper_env
     assert "very-secret-key" not in json.dumps(pod)
-    [ps] = spec["initContainers"]
     assert ps["restartPolicy"] == "Always"
     domain = f"{root}.{namespace}.svc"
     assert ps["command"] == [
@@ -128,7 +134,7 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
         "--peers", f"learner-1.{domain}:7070,learner-2.{domain}:7070",
     ]  # fmt: skip
     assert env["DLAAS_PS_DIR"]["value"] == "/dev/shm/dlaas-ps"
-    assert ps["env"] == learner["env"]  # the sidecar reads the job's settings too
+    assert ps["env"] == shipper["env"]  # a helper: its snapshots go to the job's objects
     shm = {"name": "shm", "mountPath": "/dev/shm"}
     assert shm in ps["volumeMounts"] and shm in learner["volumeMounts"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(4 * 2**30)}} in spec[
@@ -325,16 +331,22 @@ def model_zip(files: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
-    kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path
-) -> None:
+async def restartable_job(ctx: Context, train: str) -> str:
+    """A job running `train` as train.py, checkpointing, restarted up to twice."""
     job_id = await make_job(
-        kube_ctx,
+        ctx,
         "python train.py",
         checkpoint={"interval_s": 1, "keep": 2},
         restart_policy={"max_restarts": 2, "backoff_s": 0.1},
     )
-    kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
+    ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": train}))
+    return job_id
+
+
+async def test_a_failed_learner_pod_is_replaced_and_resumes_from_the_checkpoint(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path
+) -> None:
+    job_id = await restartable_job(kube_ctx, TRAIN)
     # The runners reach the job's objects through the API's gateway, as in a cluster.
     api = services.start_gateway_api(kube_ctx.settings, tmp_path / "api")
     try:

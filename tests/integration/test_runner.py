@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from learner_image.runner import HEARTBEAT_S
+from learner_image.launcher import HEARTBEAT_S
 from storage import exit_reports, streams
 from storage.exit_reports import ExitReport
 from storage.object_store import LocalObjectStore, ObjectStore, open_object_store

@@ -76,7 +76,8 @@ def learner_pod(phase: str = "Pending", **status: Any) -> dict[str, Any]:
         },
         "spec": {
             "containers": [
-                {"name": "learner", "image": "img:1", "resources": {"limits": {"memory": "1Gi"}}}
+                {"name": "program", "image": "img:1", "resources": {"limits": {"memory": "1Gi"}}},
+                {"name": "shipper", "image": "img:1", "resources": {"limits": {"memory": "1Gi"}}},
             ]
         },
         "status": {"phase": phase, **status},
@@ -84,7 +85,8 @@ def learner_pod(phase: str = "Pending", **status: Any) -> dict[str, Any]:
 
 
 def state(**state: Any) -> list[dict[str, Any]]:
-    return [{"name": "learner", "state": state}]
+    """The same state for the learner's program and shipper containers."""
+    return [{"name": name, "state": state} for name in ("program", "shipper")]
 
 
 def test_running_then_oomkilled_pod_gives_one_status_and_one_exit() -> None:
@@ -150,6 +152,72 @@ def test_the_runners_exit_report_in_the_termination_message_says_how_it_ended() 
     status = learner_status(refused)
     assert status is not None and not status.told_to_stop and status.last_line == ""
     assert "could not start (StartError): no such file" in status.reason
+
+
+def ended_pod(program_reason: str, report: ExitReport) -> dict[str, Any]:
+    """A learner pod whose program ended with `program_reason` and whose shipper reported."""
+    code = report.exit_code
+    shipper = {"exitCode": code, "reason": "Error", "message": report.to_json()}
+    return learner_pod(
+        "Failed",
+        containerStatuses=[
+            {
+                "name": "program",
+                "state": {"terminated": {"exitCode": code, "reason": program_reason}},
+            },
+            {"name": "shipper", "state": {"terminated": shipper}},
+        ],
+    )
+
+
+def test_the_shipper_says_how_the_learner_ended_and_the_program_whether_it_ran_out_of_memory() -> (
+    None
+):
+    report = ExitReport(137, "SIGKILL", "the command was killed by SIGKILL", stopped=False)
+    status = learner_status(ended_pod("OOMKilled", report))
+    assert status is not None
+    assert (status.exit_code, status.oom_killed) == (137, True)
+    assert status.reason.startswith("out of memory: the learner was OOMKilled at its memory limit")
+    # A program that exited by itself: the shipper's code is the learner's, its message too.
+    stopped = ExitReport(143, "SIGTERM", "stopped by SIGTERM", stopped=True, last_line="s 3")
+    status = learner_status(ended_pod("Error", stopped))
+    assert status is not None
+    assert (status.exit_code, status.oom_killed, status.told_to_stop) == (143, False, True)
+
+
+def test_a_failed_fetch_is_the_learners_end_and_its_start_is_the_learners() -> None:
+    fetching = learner_pod(
+        "Pending",
+        initContainerStatuses=[{"name": "fetch", "state": {"running": {}}}],
+        containerStatuses=[
+            {"name": n, "state": {"waiting": {"reason": "PodInitializing"}}}
+            for n in ("program", "shipper")
+        ],
+    )
+    tracker = PodTracker()
+    [downloading] = tracker.seen("MODIFIED", fetching)
+    assert downloading.fields["state"] == "DOWNLOADING"
+    report = ExitReport(3, None, "could not fetch the model archive", stopped=False)
+    failed = learner_pod(
+        "Failed",
+        initContainerStatuses=[
+            {
+                "name": "fetch",
+                "state": {
+                    "terminated": {"exitCode": 3, "reason": "Error", "message": report.to_json()}
+                },
+            }
+        ],
+        containerStatuses=[
+            {"name": n, "state": {"waiting": {"reason": "PodInitializing"}}}
+            for n in ("program", "shipper")
+        ],
+    )
+    status = learner_status(failed)
+    assert status is not None
+    assert (status.exit_code, status.oom_killed, status.reason) == (3, False, "exit code 3")
+    [exit_event] = tracker.seen("MODIFIED", failed)
+    assert exit_event.fields["exit_code"] == "3"
 
 
 def test_a_pod_deleted_or_lost_before_it_finished_is_an_exit_without_a_code() -> None:

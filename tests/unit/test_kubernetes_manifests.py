@@ -10,6 +10,7 @@ import pytest
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.backends.kubernetes.manifests import (
+    SECRET_ENV,
     PodOptions,
     check_name,
     network_policy_manifest,
@@ -93,17 +94,90 @@ def test_enums_and_names_schema_validation_does_not_check() -> None:
         check_name("Dlaas_Job")
 
 
+def containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = pod["spec"]
+    return {c["name"]: c for c in [*spec.get("initContainers", []), *spec["containers"]]}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in container["env"]}
+
+
 def test_credentials_never_appear_in_the_pod() -> None:
     pod = pod_manifest(spec(), FULL_OPTIONS, OWNER)
     text = repr(pod)
     for secret in ("key-id", "s3cret", "redis://:pw@"):
         assert secret not in text
-    env = {item["name"]: item for item in pod["spec"]["containers"][0]["env"]}
+    env = env_of(containers(pod)["shipper"])
     assert env["DLAAS_REDIS_URL"] == {
         "name": "DLAAS_REDIS_URL",
         "valueFrom": {"secretKeyRef": {"name": "dlaas-training-abc", "key": "DLAAS_REDIS_URL"}},
     }
     assert env["TRAINING_ID"]["value"] == "training-abc"
+
+
+def test_the_program_runs_without_any_credential_and_only_its_helpers_hold_them() -> None:
+    pod = pod_manifest(
+        spec(DLAAS_PS_MODE="async", DLAAS_JOB_TOKEN="dlaasjob_x", DLAAS_JOB_OBJECTS_URL="http://a"),
+        FULL_OPTIONS,
+        OWNER,
+    )
+    by_name = containers(pod)
+    assert list(by_name) == ["fetch", "ps", "program", "shipper"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["shareProcessNamespace"] is False
+    program = by_name["program"]
+    assert program["command"] == [
+        "dlaas-learner", "program", "--job", "training-abc", "--", "python train.py"
+    ]  # fmt: skip
+    env = env_of(program)
+    assert not [item for item in program["env"] if "valueFrom" in item]
+    for key in (*SECRET_ENV, "DLAAS_JOB_OBJECTS_URL", "DLAAS_EXIT_REPORT", "DLAAS_RUNNER_DIR"):
+        assert key not in env
+    assert "envFrom" not in program
+    secret_volumes = [v for v in pod["spec"]["volumes"] if "secret" in v or "projected" in v]
+    assert not secret_volumes
+    assert env["DLAAS_SHARED_DIR"]["value"] == "/job"
+    assert env["LOG_DIR"]["value"] == "/job/logs"
+    for helper in ("fetch", "shipper", "ps"):
+        helper_env = env_of(by_name[helper])
+        assert helper_env["DLAAS_JOB_TOKEN"]["valueFrom"] == {
+            "secretKeyRef": {"name": "dlaas-training-abc", "key": "DLAAS_JOB_TOKEN"}
+        }
+        assert "DLAAS_REDIS_URL" in helper_env
+        assert helper_env["DLAAS_JOB_OBJECTS_URL"]["value"] == "http://a"
+    for helper in ("fetch", "shipper"):
+        assert by_name[helper]["command"][:2] == [
+            "dlaas-learner",
+            helper.replace("shipper", "ship"),
+        ]
+        assert by_name[helper]["terminationMessagePath"] == "/dev/termination-log"
+        assert env_of(by_name[helper])["DLAAS_EXIT_REPORT"]["value"] == "/dev/termination-log"
+        assert env_of(by_name[helper])["DLAAS_RUNNER_DIR"]["value"] == "/tmp/dlaas"
+    # The fetch runs to its end first; the shipper runs beside the program and ends by itself.
+    assert "restartPolicy" not in by_name["fetch"]
+    assert "restartPolicy" not in by_name["shipper"]
+
+
+def test_the_program_shares_the_job_dir_with_its_helpers_and_nothing_of_theirs() -> None:
+    by_name = containers(pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER))
+    mounts = {
+        name: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for name, c in by_name.items()
+    }
+    assert mounts["program"] == {"/dev/shm": "shm", "/job": "work", "/tmp": "tmp"}
+    assert mounts["fetch"] == mounts["shipper"] == {"/job": "work", "/tmp": "helper"}
+    assert mounts["ps"] == {"/dev/shm": "shm", "/tmp": "helper"}
+
+
+def test_the_job_asks_resources_for_its_program_and_the_helpers_take_little() -> None:
+    by_name = containers(pod_manifest(spec(), FULL_OPTIONS, OWNER))
+    program = by_name["program"]["resources"]
+    assert program["requests"] == {"cpu": "1500m", "memory": str(3 * 2**30), "nvidia.com/gpu": "1"}
+    assert program["limits"] == {**program["requests"], "ephemeral-storage": "20Gi"}
+    for helper in ("fetch", "shipper"):
+        resources = by_name[helper]["resources"]
+        assert "nvidia.com/gpu" not in resources["limits"]
+        assert set(resources["limits"]) == {"cpu", "memory", "ephemeral-storage"}
 
 
 def test_placement_and_images_come_from_the_options() -> None:
@@ -118,9 +192,9 @@ def test_placement_and_images_come_from_the_options() -> None:
 
 
 def test_the_sidecar_only_with_a_parameter_server() -> None:
-    assert "initContainers" not in pod_manifest(spec(), FULL_OPTIONS, OWNER)["spec"]
+    assert "ps" not in containers(pod_manifest(spec(), FULL_OPTIONS, OWNER))
     with_ps = pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER)
-    [sidecar] = with_ps["spec"]["initContainers"]
+    sidecar = containers(with_ps)["ps"]
     assert sidecar["command"][:2] == ["dlaas-ps", "--job"]
     assert sidecar["restartPolicy"] == "Always"
 
@@ -128,7 +202,7 @@ def test_the_sidecar_only_with_a_parameter_server() -> None:
 def test_a_single_learner_needs_no_service_name() -> None:
     pod = pod_manifest(spec(num=1), FULL_OPTIONS, OWNER)
     assert "subdomain" not in pod["spec"]
-    env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+    env = {item["name"]: item.get("value") for item in containers(pod)["program"]["env"]}
     assert env["MASTER_ADDR"] == "127.0.0.1"
 
 
@@ -136,7 +210,7 @@ def test_the_sidecar_command_is_one_dlaas_ps_accepts() -> None:
     from learner_image.ps.server_config import parse_config
 
     pod = pod_manifest(spec(DLAAS_PS_MODE="bounded", DLAAS_PS_STALENESS="4"), FULL_OPTIONS, OWNER)
-    [sidecar] = pod["spec"]["initContainers"]
+    sidecar = containers(pod)["ps"]
     env = {item["name"]: item.get("value", "") for item in sidecar["env"]}
     config = parse_config(sidecar["command"][1:], env)
     assert (config.rank, config.world, config.staleness) == (0, 2, 4)
@@ -177,8 +251,12 @@ def test_learner_containers_are_read_only_and_bounded() -> None:
     pod = pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER)["spec"]
     for container in [*pod["containers"], *pod["initContainers"]]:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    learner = pod["containers"][0]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert "/tmp" in [mount["mountPath"] for mount in container["volumeMounts"]]
+        if container["name"] != "ps":  # the parameter server sums at full speed
+            assert container["resources"]["limits"]["cpu"]
+            assert container["resources"]["limits"]["ephemeral-storage"]
+    [learner] = [c for c in pod["containers"] if c["name"] == "program"]
     assert learner["resources"]["limits"]["cpu"] == "1500m"
     assert learner["resources"]["limits"]["ephemeral-storage"] == "20Gi"
     env = {item["name"]: item.get("value") for item in learner["env"]}

@@ -12,12 +12,29 @@ the newest token; pods of earlier attempts keep theirs, valid until the job stop
    |-- NetworkPolicy dlaas-<job>   the job's pods reach each other, DNS and the platform's
    |                               redis, s3 and api pods; nothing reaches them but peers
    |-- Pod dlaas-<job>-learner-<n>-a<attempt>     one per learner
-         initContainers: ps     (native sidecar: restartPolicy Always; with parameter_server;
-                                 peers at learner-<n>.dlaas-<job>.<ns>.svc:7070)
-         containers:     learner (dlaas-learner -- COMMAND)
-         volumes: shm (emptyDir, Memory) at /dev/shm; work (emptyDir) at /job; tmp at /tmp
-         read-only root filesystems; CPU, memory and ephemeral-storage limits
+         initContainers: fetch  (dlaas-learner fetch: DOWNLOADING; credentials)
+                         ps     (native sidecar: restartPolicy Always; with parameter_server;
+                                 peers at learner-<n>.dlaas-<job>.<ns>.svc:7070; credentials
+                                 for its snapshots)
+         containers:     program (dlaas-learner program -- COMMAND: the user's command; NO
+                                  credentials: no Secret, no token; the job's CPU, memory,
+                                  GPUs and ephemeral storage)
+                         shipper (dlaas-learner ship: logs, metrics, heartbeats, checkpoints,
+                                  STORING, the exit event; credentials; exits by itself, with
+                                  the learner's exit code and exit report)
+         volumes: work (emptyDir) at /job: fetch, program, shipper (code, data, checkpoints,
+                  results, the log, the program's exit status and heartbeat file);
+                  shm (emptyDir, Memory) at /dev/shm: program, ps;
+                  tmp at /tmp: program; helper at /tmp: fetch, shipper, ps (their own files)
+         read-only root filesystems; no service-account token; no shared process namespace
 ```
+
+The shipper is a regular container, not a native sidecar: the pod ends (and the lifecycle
+manager reads its end) only once the shipper has stored what the program left and
+published the exit event, and STORING is bounded by nothing but its own work (a native
+sidecar is sent SIGTERM as soon as the program's container ends). Its exit code and its
+termination message (the exit report) are the learner's, as the single-process runner's
+are; the cluster's word on memory (OOMKilled) comes from the program's container.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from learner_image.runner_config import RUNNER_DIR_ENV, SHARED_DIR_ENV
 from lifecycle_manager.backends.base import LearnerSpec
 from storage import exit_reports
 from storage.settings import Settings
@@ -40,7 +58,9 @@ ROLE_LABEL = f"{GROUP}/role"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_SELECTOR = f"{MANAGED_BY}=dlaas"
 
-LEARNER_CONTAINER = "learner"
+FETCH_CONTAINER = "fetch"
+PROGRAM_CONTAINER = "program"
+SHIPPER_CONTAINER = "shipper"
 PS_CONTAINER = "ps"
 MASTER_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -48,6 +68,12 @@ WORK_DIR = "/job"
 SHM_DIR = "/dev/shm"
 TMP_DIR = "/tmp"
 TMP_LIMIT = "1Gi"
+HELPER_DIR = f"{TMP_DIR}/dlaas"  # the helpers' own files, on their own /tmp
+# The helpers ship and fetch; the job's CPU, memory and GPUs are the program's.
+HELPER_RESOURCES = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
+}
 RUN_AS_USER = 10001  # the `dlaas` user of the learner image
 DIRS = {
     "MODEL_DIR": f"{WORK_DIR}/model",
@@ -56,7 +82,8 @@ DIRS = {
     "LOG_DIR": f"{WORK_DIR}/logs",
     "CHECKPOINT_DIR": f"{WORK_DIR}/checkpoints",
 }
-# Settings a learner needs that are secrets: they reach the pod through the job's Secret.
+# Settings a learner needs that are secrets: they reach the pod through the job's Secret,
+# and only its helper containers.
 SECRET_ENV = (
     "DLAAS_JOB_TOKEN",
     "DLAAS_S3_ACCESS_KEY",
@@ -64,6 +91,8 @@ SECRET_ENV = (
     "DLAAS_REDIS_URL",
     "DLAAS_DATABASE_URL",
 )
+# Plain settings only the helpers use: where the job's objects are reached.
+HELPER_ENV = ("DLAAS_JOB_OBJECTS_URL",)
 
 # The parameter-server sidecar (console script `dlaas-ps` of the learner image, flags of
 # `learner_image.ps.server_config`): one per learner pod, its region in the pod's /dev/shm,
@@ -293,8 +322,11 @@ def _security_context() -> dict[str, Any]:
     }
 
 
-def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
-    plain, secret = split_env(spec.env)
+def _program_env(spec: LearnerSpec, options: PodOptions) -> dict[str, str]:
+    """The program's environment: the job's settings, none of its credentials."""
+    plain, _secret = split_env(spec.env)
+    for key in HELPER_ENV:
+        plain.pop(key, None)
     plain.update(DIRS)
     if spec.num_learners > 1:
         plain["MASTER_ADDR"] = master_addr(spec.job_id, options.namespace)
@@ -304,18 +336,35 @@ def _learner_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]
     if spec.env.get(PS_MODE_ENV):
         plain["DLAAS_PS_DIR"] = PS_REGION
     plain.setdefault("DLAAS_STOP_GRACE_S", str(max(1, options.stop_grace_s // 2)))
-    plain[exit_reports.EXIT_REPORT_ENV] = exit_reports.KUBERNETES_PATH
+    plain[SHARED_DIR_ENV] = WORK_DIR
     # the root filesystem is read-only: caches and home-directory writes go to /tmp
     plain.setdefault("HOME", TMP_DIR)
     if spec.resources.cpus:
         plain.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.resources.cpus))))
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(plain.items())]
+    return plain
+
+
+def _env_list(plain: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in sorted(plain.items())]
+
+
+def program_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
+    return _env_list(_program_env(spec, options))
+
+
+def helper_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
+    """The helpers' environment: the program's, where they reach the job's objects, their
+    own directory and exit report, and the job's credentials from its Secret."""
+    plain = _program_env(spec, options)
+    plain.update({k: v for k, v in spec.env.items() if k in HELPER_ENV})
+    plain[RUNNER_DIR_ENV] = HELPER_DIR
+    plain[exit_reports.EXIT_REPORT_ENV] = exit_reports.KUBERNETES_PATH
+    _plain, secret = split_env(spec.env)
     root = root_name(spec.job_id)
-    env += [
+    return _env_list(plain) + [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": root, "key": key}}}
         for key in sorted(secret)
     ]
-    return env
 
 
 def ps_command(spec: LearnerSpec, namespace: str) -> list[str] | None:
@@ -352,10 +401,16 @@ def _ps_sidecar(
         "resources": {"requests": dict(PS_REQUESTS)},
         "volumeMounts": [
             {"name": "shm", "mountPath": SHM_DIR},
-            {"name": "tmp", "mountPath": TMP_DIR},
+            {"name": "helper", "mountPath": TMP_DIR},
         ],
         "securityContext": _security_context(),
     }
+
+
+def role_command(command: Sequence[str], role: str) -> list[str]:
+    """The runner's command line (`dlaas-learner [--job ...] -- COMMAND`) for one part of
+    the learner (`learner_image.pod`)."""
+    return [command[0], role, *command[1:]] if command else ["dlaas-learner", role]
 
 
 def pod_manifest(
@@ -372,24 +427,38 @@ def pod_manifest(
     if owner is not None:
         meta["ownerReferences"] = [dict(owner)]
     image = options.gpu_image if spec.resources.gpus and options.gpu_image else options.image
-    env = _learner_env(spec, options)
-    learner: dict[str, Any] = {
-        "name": LEARNER_CONTAINER,
-        "image": image,
-        "imagePullPolicy": options.pull_policy,
-        "command": list(spec.command),
-        "workingDir": WORK_DIR,
-        "env": env,
-        # The runner's exit report, kept with the pod's status for whoever reads it later.
+    helpers = helper_env(spec, options)
+    work = {"name": "work", "mountPath": WORK_DIR}
+    helper_tmp = {"name": "helper", "mountPath": TMP_DIR}
+
+    def container(name: str, role: str, env: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": image,
+            "imagePullPolicy": options.pull_policy,
+            "command": role_command(spec.command, role),
+            "workingDir": WORK_DIR,
+            "env": env,
+            "resources": {part: dict(amounts) for part, amounts in HELPER_RESOURCES.items()},
+            "volumeMounts": [work, helper_tmp],
+            "securityContext": _security_context(),
+        }
+
+    # The helpers' exit reports, kept with the pod's status for whoever reads it later.
+    reported = {
         "terminationMessagePath": exit_reports.KUBERNETES_PATH,
         "terminationMessagePolicy": "File",
+    }
+    fetch = {**container(FETCH_CONTAINER, "fetch", helpers), **reported}
+    shipper = {**container(SHIPPER_CONTAINER, "ship", helpers), **reported}
+    program = {
+        **container(PROGRAM_CONTAINER, "program", program_env(spec, options)),
         "resources": learner_resources(spec, options.ephemeral_storage),
         "volumeMounts": [
             {"name": "shm", "mountPath": SHM_DIR},
-            {"name": "work", "mountPath": WORK_DIR},
+            work,
             {"name": "tmp", "mountPath": TMP_DIR},
         ],
-        "securityContext": _security_context(),
     }
     shm: dict[str, Any] = {"medium": "Memory"}
     if spec.resources.memory_bytes:
@@ -397,8 +466,9 @@ def pod_manifest(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # dlaas restarts learners itself, from the last checkpoint
         "terminationGracePeriodSeconds": options.stop_grace_s,
-        "automountServiceAccountToken": False,
+        "automountServiceAccountToken": False,  # learners need no Kubernetes API
         "enableServiceLinks": False,
+        "shareProcessNamespace": False,  # no helper's /proc is the program's to read
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_USER,
@@ -406,11 +476,13 @@ def pod_manifest(
             "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [learner],
+        "initContainers": [fetch],
+        "containers": [program, shipper],
         "volumes": [
             {"name": "shm", "emptyDir": shm},
             {"name": "work", "emptyDir": {"sizeLimit": options.ephemeral_storage}},
             {"name": "tmp", "emptyDir": {"sizeLimit": TMP_LIMIT}},
+            {"name": "helper", "emptyDir": {"sizeLimit": TMP_LIMIT}},
         ],
     }
     if spec.num_learners > 1:
@@ -418,7 +490,7 @@ def pod_manifest(
         pod_spec["subdomain"] = root_name(spec.job_id)
     ps = ps_command(spec, options.namespace)
     if ps is not None:
-        pod_spec["initContainers"] = [_ps_sidecar(ps, image, env, options)]
+        pod_spec["initContainers"].append(_ps_sidecar(ps, image, helpers, options))
     if options.node_selector:
         pod_spec["nodeSelector"] = dict(options.node_selector)
     if options.tolerations:

@@ -3,12 +3,13 @@
 Pure but for a clock. The pod watcher feeds every pod it sees (ADDED, MODIFIED, DELETED, or
 a re-list); the tracker answers with what is new:
 
-- the learner container started -> a `status` event DOWNLOADING (the runner reports its own
-  later states; a status that does not advance a learner is ignored downstream);
-- the pod Succeeded or Failed -> an `exit` event with the learner container's exit code and
-  the cluster's reason (OOMKilled, Evicted, ...), `oom_killed` (`1` or `0`) once the
-  container's end is known, and what the runner's exit report (its termination message)
-  says: `stopped`, `last_line`;
+- a container of the learner started (its `fetch` init container first) -> a `status`
+  event DOWNLOADING (the learner's helpers report its later states; a status that does not
+  advance a learner is ignored downstream);
+- the pod Succeeded or Failed -> an `exit` event with the learner's exit code (its
+  `shipper`'s, or its `fetch`'s when that failed) and the cluster's reason (OOMKilled,
+  Evicted, ...), `oom_killed` (`1` or `0`) once the learner's end is known, and what its
+  exit report (the termination message) says: `stopped`, `last_line`;
 - the pod vanished before it finished (deleted, or gone while the watch was down) -> an
   `exit` event with no exit code;
 - an image that cannot be pulled for longer than the pull timeout, or a container that

@@ -1,9 +1,12 @@
 """What a learner pod's status says, in dlaas's words. Pure.
 
-A pod is read as the raw dict the API serves: its labels name the learner, its phase and the
-`learner` container's state say how it goes, and its conditions and container states carry
-the cluster's reasons (FailedScheduling, ImagePullBackOff, OOMKilled, Evicted...), which
-are turned into sentences a user can act on.
+A pod is read as the raw dict the API serves: its labels name the learner, its phase and its
+containers' states say how it goes, and its conditions and container states carry the
+cluster's reasons (FailedScheduling, ImagePullBackOff, OOMKilled, Evicted...), which are
+turned into sentences a user can act on. The learner's end (exit code, exit report) is the
+`shipper` container's, or the `fetch` init container's when that failed and the learner
+never ran; its memory is the `program` container's, and so is an OOMKilled
+(`lifecycle_manager.backends.kubernetes.manifests` has the pod's layout).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from lifecycle_manager.backends.base import LearnerPhase, LearnerStatus
 from lifecycle_manager.backends.kubernetes.manifests import (
     ATTEMPT_LABEL,
+    FETCH_CONTAINER,
     JOB_LABEL,
-    LEARNER_CONTAINER,
     LEARNER_LABEL,
+    PROGRAM_CONTAINER,
+    SHIPPER_CONTAINER,
 )
 from storage.exit_reports import ExitReport
 
@@ -27,6 +32,7 @@ from storage.exit_reports import ExitReport
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 HOPELESS = frozenset({"InvalidImageName"})
 CONFIG_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+LEARNER_CONTAINERS = (FETCH_CONTAINER, PROGRAM_CONTAINER, SHIPPER_CONTAINER)
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,12 @@ class Notice:
 class PodReading:
     identity: PodIdentity
     phase: LearnerPhase
-    started: bool  # the learner container runs or ran
+    started: bool  # a container of the learner runs or ran
     deleting: bool
     exit_code: int | None = None
     reason: str = ""  # why it finished, once it has
-    # Once it finished: whether the learner container's reason was OOMKilled (None: the
-    # container's end is not known, e.g. the pod failed before it ran).
+    # Once it finished: whether a container of the learner was OOMKilled (None: the
+    # learner's end is not known, e.g. the pod failed before it ran).
     oom_killed: bool | None = None
     # What the runner's exit report (the container's termination message) says, if any.
     exit_report: ExitReport | None = None
@@ -77,9 +83,34 @@ def identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         return None
 
 
-def _learner_state(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    for container in status.get("containerStatuses") or []:
-        if container.get("name") == LEARNER_CONTAINER:
+def _states(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The state of each container of the learner, by name."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            if container.get("name") in LEARNER_CONTAINERS:
+                found[container["name"]] = container.get("state") or {}
+    return found
+
+
+def _ending(states: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """How the learner ended: the shipper's termination, or the fetch's when it failed (the
+    learner then never ran); with the reason OOMKilled when any of its containers was."""
+    terminated = states.get(SHIPPER_CONTAINER, {}).get("terminated")
+    fetched = states.get(FETCH_CONTAINER, {}).get("terminated")
+    if not terminated and fetched and fetched.get("exitCode") != 0:
+        terminated = fetched
+    oom = any(
+        (state.get("terminated") or {}).get("reason") == "OOMKilled" for state in states.values()
+    )
+    if oom:
+        return {**(terminated or {}), "reason": "OOMKilled"}
+    return terminated
+
+
+def _spec_of(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == name:
             return container
     return {}
 
@@ -119,10 +150,8 @@ def _terminated_reason(pod: Mapping[str, Any], terminated: Mapping[str, Any]) ->
 
 
 def _memory_limit(pod: Mapping[str, Any]) -> str:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == LEARNER_CONTAINER:
-            return str(((container.get("resources") or {}).get("limits") or {}).get("memory", ""))
-    return ""
+    resources = _spec_of(pod, PROGRAM_CONTAINER).get("resources") or {}
+    return str((resources.get("limits") or {}).get("memory", ""))
 
 
 def _pod_reason(status: Mapping[str, Any]) -> str:
@@ -163,10 +192,7 @@ def _waiting_notice(pod: Mapping[str, Any], waiting: Mapping[str, Any]) -> Notic
 
 
 def _image(pod: Mapping[str, Any]) -> str:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == LEARNER_CONTAINER:
-            return str(container.get("image", "?"))
-    return "?"
+    return str(_spec_of(pod, PROGRAM_CONTAINER).get("image", "?"))
 
 
 def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
@@ -176,15 +202,13 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         return None
     status = pod.get("status") or {}
     meta = pod.get("metadata") or {}
-    container = _learner_state(status)
-    state = container.get("state") or {}
-    terminated = state.get("terminated")
-    waiting = state.get("waiting") or {}
+    states = _states(status)
+    terminated = _ending(states)
     raw_phase = status.get("phase") or "Pending"
     phase = LearnerPhase(raw_phase) if raw_phase in LearnerPhase._value2member_map_ else None
     if phase is None:  # "Unknown": the node stopped reporting
         phase = LearnerPhase.PENDING
-    started = "running" in state or "terminated" in state
+    started = any("running" in state or "terminated" in state for state in states.values())
     exit_code: int | None = None
     oom_killed: bool | None = None
     exit_report: ExitReport | None = None
@@ -214,7 +238,14 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading | None:
         scheduling = _scheduling_notice(status)
         if scheduling:
             notices.append(scheduling)
-        waiting_notice = _waiting_notice(pod, waiting)
+        waiting_notice = next(
+            (
+                notice
+                for state in states.values()
+                if (notice := _waiting_notice(pod, state.get("waiting") or {}))
+            ),
+            None,
+        )
         if waiting_notice:
             notices.append(waiting_notice)
             if waiting_notice.code in PULL_FAILURES:

@@ -1,0 +1,231 @@
+"""The user's command as a learner runs it: started, stopped on request, its output logged.
+
+`Launcher` runs `/bin/sh -c COMMAND` in MODEL_DIR, in a process group of its own (so stops
+reach everything it started) within the caller's session, with the kernel SIGKILLing the
+shell if the caller dies first (Linux). Its merged stdout/stderr goes at pipe speed to a
+`LearnerLog`. A stop signal is forwarded to the command's group, followed by SIGKILL after
+the grace period (at once on a second stop signal); processes the command leaves behind
+are killed. Under a uid of its own (`program_uid`, a root runner) it owns its directories
+and nothing else, and every process of that uid is ended with it.
+
+It needs neither Redis nor the object store: the single-process runner and the program
+container of a Kubernetes learner pod (`learner_image.pod.program`) run the same code.
+`ProgramEnd` says how the command ended, for `learner_image.shipping` to report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from learner_image import program_identity
+from learner_image.exit_report import describe_exit, signal_name
+from learner_image.learner_log import LearnerLog, capture_output
+from learner_image.runner_config import RunnerConfig, child_env
+from storage.exit_reports import ExitReport
+
+# How often a learner tells it is alive while its command runs (and is not frozen).
+HEARTBEAT_S = 2.0
+
+
+@dataclass(frozen=True)
+class ProgramEnd:
+    """How the command ended: `returncode` as Popen gives it (None: it never started),
+    the stop signal the launcher was told (if any), whether it had to be SIGKILLed after
+    the grace period, its last output line; `failure`, why it could not be started."""
+
+    returncode: int | None
+    stop_signal: int | None = None
+    killed_after_grace: bool = False
+    last_line: str = ""
+    failure: str = ""
+
+    def report(self) -> ExitReport:
+        """The exit report of a command that ran (returncode set)."""
+        assert self.returncode is not None
+        report = describe_exit(self.returncode, self.stop_signal, self.killed_after_grace)
+        return dataclasses.replace(report, last_line=self.last_line)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ProgramEnd:
+        """Raises ValueError/TypeError/KeyError on a malformed record."""
+        code, stop = raw["returncode"], raw["stop_signal"]
+        return cls(
+            returncode=None if code is None else int(code),
+            stop_signal=None if stop is None else int(stop),
+            killed_after_grace=bool(raw["killed_after_grace"]),
+            last_line=str(raw["last_line"])[:500],
+            failure=str(raw["failure"])[:2000],
+        )
+
+
+def stopped_before_start(stop_signal: int) -> ExitReport:
+    name = signal_name(stop_signal)
+    reason = f"stopped by {name} before the command started"
+    return ExitReport(128 + stop_signal, name, reason, stopped=True)
+
+
+class Launcher:
+    def __init__(self, config: RunnerConfig, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.environ = environ
+        self.stop_signal: int | None = None
+        self.killed_after_grace = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self._kill_timer: threading.Timer | None = None
+
+    # stopping ------------------------------------------------------------------------------
+
+    def stop(self, signum: int) -> None:
+        """A stop signal for the command (safe in a signal handler): forwarded to its group,
+        SIGKILL after the grace period; a second one SIGKILLs at once."""
+        first = self.stop_signal is None
+        if first:
+            self.stop_signal = signum
+        self._forward(escalate=not first)
+
+    def _forward(self, escalate: bool = False) -> None:
+        child = self.child
+        if child is None or child.returncode is not None or self.stop_signal is None:
+            return
+        if escalate:
+            signal_group(child.pid, signal.SIGKILL)
+            return
+        signal_group(child.pid, self.stop_signal)
+        if self._kill_timer is None:
+            self._kill_timer = threading.Timer(self.config.stop_grace_s, self._grace_over)
+            self._kill_timer.daemon = True
+            self._kill_timer.start()
+
+    def _grace_over(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            self.killed_after_grace = True
+            signal_group(child.pid, signal.SIGKILL)
+
+    def frozen(self) -> bool:
+        """Whether a process of the running command is stopped (SIGSTOP, a debugger): a
+        learner whose program is frozen is hung, and sends no heartbeat."""
+        child = self.child
+        return child is not None and child.returncode is None and group_stopped(child.pid)
+
+    # running -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the command (OSError if it cannot be)."""
+        c = self.config
+        as_program: dict[str, Any] = {}
+        if c.program_uid is not None:
+            program_identity.hand_over(c.program_dirs, c.program_uid)
+            as_program = {
+                "user": c.program_uid,
+                "group": c.program_uid,
+                "extra_groups": [],
+                "umask": 0o077,
+            }
+        self.child = subprocess.Popen(
+            ["/bin/sh", "-c", c.command],
+            cwd=c.model_dir,
+            env=child_env(c, self.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+            preexec_fn=die_with_parent(),
+            **as_program,
+        )
+        if self.stop_signal is not None:
+            self._forward()
+
+    def wait(self, log: LearnerLog) -> ProgramEnd:
+        """Copy the command's output into `log` until it ends; then end what it left."""
+        child = self.child
+        assert child is not None and child.stdout is not None
+        last_line = [""]
+        stdout = child.stdout.fileno()
+
+        def pump() -> None:
+            last_line[0] = capture_output(stdout, log)
+
+        reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
+        reader.start()
+        returncode = child.wait()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        if self.config.program_uid is not None:
+            # Nothing of the program outlives it: no process of its uid may change its
+            # files while they are stored (a file swapped for a link to one of root's).
+            program_identity.end_processes(self.config.program_uid)
+        reader.join(1.0)
+        if reader.is_alive():  # something the command started still holds the pipe
+            signal_group(child.pid, signal.SIGKILL)
+            reader.join(5.0)
+        return ProgramEnd(returncode, self.stop_signal, self.killed_after_grace, last_line[0])
+
+    def kill(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            signal_group(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook that has the kernel SIGKILL the command if the runner dies first (Linux
+    PR_SET_PDEATHSIG), so a runner killed outright leaves no training process behind. It only
+    calls a function resolved beforehand: nothing that could wait for a lock held by another
+    thread at fork time."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the runner died before the hook ran
+            os._exit(1)
+
+    return hook
+
+
+def group_stopped(pgid: int) -> bool:
+    """Whether a process of group `pgid` is stopped (state T or t in /proc; Linux)."""
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return False
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat")) as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+        state, _ppid, group = stat[stat.rindex(")") + 2 :].split(maxsplit=3)[:3]
+        if group == str(pgid) and state in ("T", "t"):
+            return True
+    return False
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
