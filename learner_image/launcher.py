@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,7 @@ from storage.exit_reports import ExitReport
 
 # How often a learner tells it is alive while its command runs (and is not frozen).
 HEARTBEAT_S = 2.0
+GROUP_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Launcher:
         self.killed_after_grace = False
         self.child: subprocess.Popen[bytes] | None = None
         self._kill_timer: threading.Timer | None = None
+        self._grace_ends = math.inf
 
     # stopping ------------------------------------------------------------------------------
 
@@ -104,6 +108,7 @@ class Launcher:
             return
         signal_group(child.pid, self.stop_signal)
         if self._kill_timer is None:
+            self._grace_ends = time.monotonic() + self.config.stop_grace_s
             self._kill_timer = threading.Timer(self.config.stop_grace_s, self._grace_over)
             self._kill_timer.daemon = True
             self._kill_timer.start()
@@ -162,6 +167,8 @@ class Launcher:
         reader = threading.Thread(target=pump, name="dlaas-output", daemon=True)
         reader.start()
         returncode = child.wait()
+        if self.stop_signal is not None:
+            self._let_group_finish(child.pid)
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         if self.config.program_uid is not None:
@@ -173,6 +180,17 @@ class Launcher:
             signal_group(child.pid, signal.SIGKILL)
             reader.join(5.0)
         return ProgramEnd(returncode, self.stop_signal, self.killed_after_grace, last_line[0])
+
+    def _let_group_finish(self, pgid: int) -> None:
+        """A stopped command's shell may end before what it started (a program saving its
+        state on SIGTERM, `sh -c` not passing the signal on): the whole group has the rest of
+        the grace period, then SIGKILL."""
+        while group_alive(pgid):
+            if time.monotonic() >= self._grace_ends:
+                self.killed_after_grace = True
+                signal_group(pgid, signal.SIGKILL)
+                return
+            time.sleep(GROUP_POLL_S)
 
     def kill(self) -> None:
         child = self.child
@@ -205,12 +223,13 @@ def die_with_parent() -> Callable[[], None] | None:
     return hook
 
 
-def group_stopped(pgid: int) -> bool:
-    """Whether a process of group `pgid` is stopped (state T or t in /proc; Linux)."""
+def group_states(pgid: int) -> list[str]:
+    """The states (R, S, T, Z, ...) of the processes of group `pgid`, from /proc (Linux)."""
     try:
         entries = list(os.scandir("/proc"))
     except OSError:
-        return False
+        return []
+    states = []
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -221,9 +240,20 @@ def group_stopped(pgid: int) -> bool:
             continue
         # The command name (field 2) may hold spaces and parentheses: split after the last ")".
         state, _ppid, group = stat[stat.rindex(")") + 2 :].split(maxsplit=3)[:3]
-        if group == str(pgid) and state in ("T", "t"):
-            return True
-    return False
+        if group == str(pgid):
+            states.append(state)
+    return states
+
+
+def group_stopped(pgid: int) -> bool:
+    """Whether a process of group `pgid` is stopped (SIGSTOP, a debugger)."""
+    return any(state in ("T", "t") for state in group_states(pgid))
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs: zombies do not count (where the
+    launcher is a container's PID 1, nobody else reaps the orphans)."""
+    return any(state != "Z" for state in group_states(pgid))
 
 
 def signal_group(pgid: int, sig: int) -> None:
