@@ -36,14 +36,15 @@ def open_store(settings: Settings, environ: Mapping[str, str]) -> ObjectStore:
 
 
 def connect_reporter(redis_url: str, config: RunnerConfig, *, downloading: bool) -> Reporter:
-    """A reporter for this learner, having said DOWNLOADING if asked (RunnerFailure if Redis
-    cannot be reached)."""
+    """A reporter for this learner, having said DOWNLOADING if asked, and heartbeating from
+    then on (RunnerFailure if Redis cannot be reached)."""
     from learner_image.reporter import connect
 
     try:
         reporter = connect(redis_url, config.job_id, config.learner, config.attempt)
         if downloading:
             reporter.status("DOWNLOADING")
+            reporter.keep_beating()
     except Exception as exc:
         raise RunnerFailure(f"could not reach Redis at {redis_url}: {exc}") from exc
     return reporter

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 
+from learner_image.background import Periodic
+from learner_image.launcher import HEARTBEAT_S
 from storage import streams
 from storage.exit_reports import ExitReport
 
@@ -29,6 +31,26 @@ class Reporter:
         self.job_id = job_id
         self.learner = learner
         self.attempt = attempt
+        self._beats: Periodic | None = None
+        self._frozen: Callable[[], bool] = lambda: False
+
+    def keep_beating(self, frozen: Callable[[], bool] | None = None) -> None:
+        """A heartbeat every `HEARTBEAT_S` from now on (from the DOWNLOADING report: a fetch
+        may take longer than the heartbeat timeout), none while `frozen()` (a stopped
+        program is a hung one); calling again only changes `frozen`."""
+        if frozen is not None:
+            self._frozen = frozen
+        if self._beats is None:
+            self._beats = Periodic("dlaas-heartbeat", HEARTBEAT_S, self._beat, at_start=True)
+
+    def _beat(self) -> None:
+        if not self._frozen():
+            self.heartbeat()
+
+    def stop_beating(self) -> None:
+        if self._beats is not None:
+            self._beats.stop(timeout=1.0)
+            self._beats = None
 
     def publish(self, event: streams.LearnerEvent) -> None:
         for tries in range(EVENT_ATTEMPTS):

@@ -3,8 +3,9 @@
 While the command runs (RUNNING): the log behind the program goes to the live stream and
 through the metric parsers to the metrics stream and file (`learner_image.live_log`); the
 whole lines of both files are uploaded every `LOG_UPLOAD_S` seconds; committed checkpoints
-are uploaded as they appear, and saves the SDK could not write are reported; a heartbeat
-every `HEARTBEAT_S` seconds unless the program is frozen.
+are uploaded as they appear, and saves the SDK could not write are reported; the
+reporter's heartbeat (started when the learner said DOWNLOADING) goes on, paused while the
+program is frozen.
 
 When it ended (`Shipper.end`, given a `learner_image.launcher.ProgramEnd`): the log is
 stored first; a command that finished by itself goes through STORING (its last checkpoint,
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from learner_image.background import Periodic
-from learner_image.launcher import HEARTBEAT_S, ProgramEnd, stopped_before_start
+from learner_image.launcher import ProgramEnd, stopped_before_start
 from learner_image.learner_log import FollowedLog
 from learner_image.runner_config import RunnerConfig, RunnerFailure
 from learner_image.sdk.timer import UPLOAD_POLL_S
@@ -59,7 +60,6 @@ class Shipper:
         self.reporter = reporter
         self.store = store
         self.environ = environ
-        self._frozen = frozen
         c = config
         patterns = compile_patterns(c.metric_patterns)
         parser = MetricsParser(patterns, parse_metric_line)
@@ -70,16 +70,10 @@ class Shipper:
             self.output.line(f"[dlaas] {problem}")
         self.uploader: CheckpointUploader | None = None
         self._polls: list[Periodic] = []
-        self.heartbeat = Periodic("dlaas-heartbeat", HEARTBEAT_S, self._beat, at_start=True)
-
-    def _beat(self) -> None:
-        """A heartbeat, unless the command is stopped (SIGSTOP, a debugger): a learner whose
-        program is frozen is hung, and its silence says so."""
-        if not self._frozen():
-            self.reporter.heartbeat()
+        reporter.keep_beating(frozen)
 
     def close(self) -> None:
-        self.heartbeat.stop(timeout=1.0)
+        self.reporter.stop_beating()
 
     # while the command runs ----------------------------------------------------------------
 

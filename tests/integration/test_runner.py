@@ -590,3 +590,31 @@ def test_a_checkpoint_that_fails_in_the_background_is_reported_to_the_job(
         "checkpoints/ckpt-000000000001/COMMITTED",
         "checkpoints/ckpt-000000000001/state.pt",
     ]
+
+
+def test_a_learner_beats_while_it_still_fetches(tmp_path: Path, redis_url: str) -> None:
+    """A fetch may outlast the heartbeat timeout (a large data set): the learner says it is
+    alive from its DOWNLOADING report on, not only once its command runs."""
+    learner = Learner(tmp_path, redis_url)
+    archive = tmp_path / "objects" / "jobs" / learner.job_id / "model.zip"
+    archive.parent.mkdir(parents=True)
+    os.mkfifo(archive)  # the fetch waits on it until this test writes the archive
+    proc = learner.start("echo trained")
+    try:
+        beats: list[float] = []
+        deadline = time.monotonic() + 30
+        while len(beats) < 2 and time.monotonic() < deadline:
+            beat = streams.get_heartbeats(learner.redis, learner.job_id).get(1)
+            if beat is not None and beat not in beats:
+                beats.append(beat)
+            time.sleep(0.05)
+        assert len(beats) == 2, "no heartbeats while the archive was being fetched"
+        assert [e["state"] for e in learner.events() if e["kind"] == "status"] == ["DOWNLOADING"]
+        with open(archive, "wb") as writer:
+            writer.write(make_zip({"train.py": b"print('hi')\n"}))
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
