@@ -355,6 +355,23 @@ class Kubelet:
         root: Path,
         mounts: Mapping[str, str],
     ) -> dict[str, str]:
+        declared: dict[str, str] = {}
+        secrets: dict[str, dict[str, str]] = {}
+        for item in container.get("env") or []:
+            if "value" in item:
+                declared[item["name"]] = item["value"]
+                continue
+            ref = item["valueFrom"]["secretKeyRef"]
+            if ref["name"] not in secrets:
+                secrets[ref["name"]] = self._secret(ref["name"])
+            declared[item["name"]] = secrets[ref["name"]][ref["key"]]
+        # Only what the pod declares names paths inside the container: this machine's own
+        # PATH may lie under a directory the pod mounts over (a checkout under /tmp).
+        for key, value in list(declared.items()):
+            if value == container.get("terminationMessagePath"):
+                declared[key] = str(root / f"{container['name']}.{TERMINATION_MESSAGE}")
+            elif (local := _local(value, mounts)) is not None:
+                declared[key] = local
         interpreter_bin = str(Path(sys.executable).parent)
         env = {
             "PATH": os.pathsep.join((interpreter_bin, os.environ.get("PATH", ""))),
@@ -362,20 +379,7 @@ class Kubelet:
         }
         if os.environ.get("PYTHONPATH"):  # the image's code: this checkout's, as the tests'
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        secrets: dict[str, dict[str, str]] = {}
-        for item in container.get("env") or []:
-            if "value" in item:
-                env[item["name"]] = item["value"]
-                continue
-            ref = item["valueFrom"]["secretKeyRef"]
-            if ref["name"] not in secrets:
-                secrets[ref["name"]] = self._secret(ref["name"])
-            env[item["name"]] = secrets[ref["name"]][ref["key"]]
-        for key, value in list(env.items()):
-            if value == container.get("terminationMessagePath"):
-                env[key] = str(root / f"{container['name']}.{TERMINATION_MESSAGE}")
-            elif (local := _local(value, mounts)) is not None:
-                env[key] = local
+        env.update(declared)
         job = pod["metadata"]["labels"].get("dlaas.io/job", "")
         env["MASTER_ADDR"] = "127.0.0.1"
         env["MASTER_PORT"] = str(self._ports.setdefault(job, _free_port()))
