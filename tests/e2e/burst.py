@@ -60,6 +60,10 @@ WORK_S = 0.5
 # reports are recorded, which was seen to take over a minute.
 HOLD_S = 300.0
 FATAL_EXIT_CODE = 2
+# A hundred jobs' runners on two cores can each go tens of seconds without the CPU to send a
+# heartbeat: the plans expect exact restart counts, and finding hung learners has tests of
+# its own (tests/chaos), so a burst's learners are given longer before they count as hung.
+HEARTBEAT_TIMEOUT_S = 300
 # A job not final this long after its last learner ended is stuck.
 STUCK_AFTER_S = 60.0
 SUBMITTERS = 8
@@ -116,6 +120,7 @@ class JobPlan:
             f"name: {self.name}\nlearners: {self.learners}\ncpus: 0.1\nmemory: 256Mi\n"
             f"framework:\n  name: python\n  command: {json.dumps(self.command())}\n"
             "restart_policy: {max_restarts: 1, backoff_s: 0.1, backoff_max_s: 0.2, "
+            f"heartbeat_timeout_s: {HEARTBEAT_TIMEOUT_S}, "
             f"fail_on_exit_codes: [{FATAL_EXIT_CODE}]}}\n"
         )
         return path
