@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from math import isfinite
 from typing import Any, NamedTuple
 
 STEP_GROUPS = ("step", "iteration", "iter")
@@ -29,10 +31,29 @@ class MetricRecord(NamedTuple):
     values: dict[str, float]
 
 
+class GroupPlan(NamedTuple):
+    """A pattern and what to make of each of its named groups: (position in
+    `match.groups()`, name, whether it is the step), worked out once rather than per line."""
+
+    pattern: re.Pattern[str]
+    groups: tuple[tuple[int, str, bool], ...]
+
+
+def plan_groups(pattern: re.Pattern[str]) -> GroupPlan:
+    named = sorted(pattern.groupindex.items(), key=lambda item: item[1])
+    return GroupPlan(
+        pattern, tuple((index - 1, name, name in STEP_GROUPS) for name, index in named)
+    )
+
+
 @dataclass(frozen=True)
 class Patterns:
     compiled: tuple[re.Pattern[str], ...]
     problems: tuple[str, ...] = ()
+
+    @cached_property
+    def plans(self) -> tuple[GroupPlan, ...]:
+        return tuple(plan_groups(pattern) for pattern in self.compiled)
 
 
 def compile_patterns(raw: str | None) -> Patterns:
@@ -83,10 +104,6 @@ def to_number(text: str | None) -> float | None:
 
 def to_step(value: Any) -> int | None:
     """An integral step from a group's text or a JSON value, or None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
     number: float | None = None
     if isinstance(value, str):
         # The common case, without a float on the way; longer runs of digits go through
@@ -94,6 +111,10 @@ def to_step(value: Any) -> int | None:
         if len(value) <= 18 and value.isascii() and value.isdigit():
             return int(value)
         number = to_number(value)
+    elif isinstance(value, bool):
+        return None
+    elif isinstance(value, int):
+        return value
     elif isinstance(value, float) and math.isfinite(value):
         number = value
     if number is None or not number.is_integer():
@@ -101,23 +122,31 @@ def to_step(value: Any) -> int | None:
     return int(number)
 
 
-def match_patterns(line: str, patterns: Sequence[re.Pattern[str]]) -> MetricRecord | None:
-    """Values of every pattern that matches `line` (search, not full match), merged."""
+def match_patterns(line: str, patterns: Patterns) -> MetricRecord | None:
+    """Values of every pattern that matches `line` (search, not full match), merged: a later
+    pattern's value of a name wins, the first step found stays. The runner calls this for
+    every line of output, so the per-group work is inlined."""
     step: int | None = None
     values: dict[str, float] = {}
-    for pattern in patterns:
+    for pattern, groups in patterns.plans:
         match = pattern.search(line)
         if match is None:
             continue
-        for name, text in match.groupdict().items():
-            if name in STEP_GROUPS:
-                parsed = to_step(text)
-                if parsed is not None and step is None:
-                    step = parsed
+        texts = match.groups()
+        for index, name, is_step in groups:
+            text = texts[index]
+            if text is None:
                 continue
-            number = to_number(text)
-            if number is not None:
-                values[name] = number
+            if is_step:
+                if step is None:
+                    step = to_step(text)
+                continue
+            try:
+                value = float(text)  # surrounding whitespace is allowed, as in to_number
+            except ValueError:
+                continue
+            if isfinite(value):
+                values[name] = value
     if not values:
         return None
     return MetricRecord(step, values)
@@ -155,5 +184,5 @@ class MetricsParser:
             if data is not None:
                 return from_metric_dict(data)
         if self.patterns.compiled:
-            return match_patterns(line, self.patterns.compiled)
+            return match_patterns(line, self.patterns)
         return None

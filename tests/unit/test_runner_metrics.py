@@ -49,7 +49,7 @@ def test_values_of_several_matching_patterns_merge() -> None:
 
 
 def test_step_only_line_is_not_a_metric() -> None:
-    assert match_patterns("step 4", compile_patterns('["step (?P<step>\\\\d+)"]').compiled) is None
+    assert match_patterns("step 4", compile_patterns('["step (?P<step>\\\\d+)"]')) is None
 
 
 def test_json_metric_lines_come_first() -> None:
