@@ -64,6 +64,10 @@ from tests.e2e.flood import (
     read_metrics,
 )
 
+# The followers stand for users' clients, which run on other machines and take no CPU from
+# the learners; on this machine they run at the lowest priority there is, so they take the
+# CPU the learners leave (at the learners' own niceness they took half of a busy core).
+FOLLOWER_NICENESS = 19
 TARGET_SLOWDOWN = 1.5
 FINISHED = frozenset({"COMPLETED", "FAILED", "HALTED", "DELETED"})
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -421,7 +425,7 @@ def flood_job(
         sampler = LearnerSampler(
             platform.agent_url, platform.agent_headers(), job_id, learners
         ).start()
-        normal = SseFollower(platform.url, token, job_id, learners, lines, nice=LEARNER_NICENESS)
+        normal = SseFollower(platform.url, token, job_id, learners, lines, nice=FOLLOWER_NICENESS)
         slow = SseFollower(
             platform.url,
             token,
@@ -430,7 +434,7 @@ def flood_job(
             lines,
             pause=lambda: time.sleep(args.slow_pause_s),
             read_bytes=args.slow_read_bytes,
-            nice=LEARNER_NICENESS,
+            nice=FOLLOWER_NICENESS,
             name="slow-follower",
         )
         if not args.no_follow:
