@@ -11,6 +11,10 @@
         saving = sdk.save_checkpoint({"model": model.state_dict(), "step": step}, step)
         timer.reset(saving)
 
+A learner is stopped with SIGTERM (a halt, a preemption), then killed after a grace period:
+`stop = sdk.watch_for_stop()` turns the SIGTERM into `stop.requested`, so the loop can save
+the current step and `stop.exit()` instead of losing the work since its last checkpoint.
+
 `save_checkpoint` returns as soon as the state is copied in memory; a background thread
 writes and commits it (`saving.wait()` waits for that; `blocking=True` saves as the call's
 own work). A background save that fails is raised (`CheckpointSaveError`) by the next
@@ -37,15 +41,18 @@ from learner_image.sdk.checkpoints import (
 )
 from learner_image.sdk.environment import LearnerEnv, env
 from learner_image.sdk.metrics import log_metrics
+from learner_image.sdk.stop_request import EXIT_STOPPED, StopRequest, watch_for_stop
 from learner_image.sdk.timer import CheckpointTimer, checkpoint_due
 
 __all__ = [
+    "EXIT_STOPPED",
     "Checkpoint",
     "CheckpointSaveError",
     "CheckpointTimer",
     "CommitRecord",
     "LearnerEnv",
     "PendingCheckpoint",
+    "StopRequest",
     "checkpoint_due",
     "checkpoint_name",
     "committed_checkpoints",
@@ -57,4 +64,5 @@ __all__ = [
     "save_checkpoint_files",
     "verify_checkpoint",
     "wait_for_checkpoints",
+    "watch_for_stop",
 ]

@@ -20,9 +20,7 @@ import json
 import math
 import os
 import random
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
     import torch
 
 HELD_OUT = 300
-EXIT_TERMINATED = 143
-TERM_GRACE_S = 20.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,25 +53,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sleep this many seconds per step (to watch checkpoints and restarts in a demo)",
     )
     return p.parse_args(argv)
-
-
-class Termination:
-    """Turns SIGTERM into a request to checkpoint and stop at the next step boundary."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            os._exit(EXIT_TERMINATED)
-        self.requested = True
-        print("digits: SIGTERM received, checkpointing at the next step", flush=True)
-        timer = threading.Timer(TERM_GRACE_S, os._exit, args=(EXIT_TERMINATED,))
-        timer.daemon = True
-        timer.start()
 
 
 def build_model() -> torch.nn.Module:
@@ -168,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     e = sdk.env()
     print(f"digits: rank {e.rank} of {e.world_size} starting", flush=True)
-    term = Termination()
-    term.install()
+    stop = sdk.watch_for_stop()
 
     import torch
     import torch.distributed as dist
@@ -180,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(True)
     started = time.monotonic()
     if args.ps:
-        return train_with_parameter_server(args, e, term, started)
+        return train_with_parameter_server(args, e, stop, started)
     if e.is_distributed:
         dist.init_process_group("gloo", rank=e.rank, world_size=e.world_size)
 
@@ -237,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         correct = (logits.argmax(1) == y_train[batch]).sum().item()
         wants_checkpoint = e.is_chief and timer.due()
         stats = torch.tensor(
-            [loss.item() * len(batch), correct, len(batch), wants_checkpoint, term.requested],
+            [loss.item() * len(batch), correct, len(batch), wants_checkpoint, stop.requested],
             dtype=torch.float64,
         )
         if e.is_distributed:
@@ -256,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             if saving is not None:
                 announce(saving.wait())
             print(f"digits: stopping at step {step} on SIGTERM", flush=True)
-            # The checkpoint is committed. Skip the interpreter's teardown: once a peer has
-            # gone, gloo's threads can end it in std::terminate (SIGABRT) instead of 143.
-            os._exit(EXIT_TERMINATED)
+            stop.exit()
         if args.step_delay > 0:
             time.sleep(args.step_delay)
 
@@ -280,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train_with_parameter_server(
-    args: argparse.Namespace, e: sdk.LearnerEnv, term: Termination, started: float
+    args: argparse.Namespace, e: sdk.LearnerEnv, stop: sdk.StopRequest, started: float
 ) -> int:
     """The same model, data and schedule, with the weights and Adam's state in the pod's
     parameter server: each learner computes its gradient into its slot and `step()`
@@ -320,9 +294,9 @@ def train_with_parameter_server(
         if e.is_chief:
             accuracy = (logits.argmax(1) == y_train[batch]).float().mean().item()
             print(f"step {step} loss {loss.item():.4f} accuracy {accuracy:.4f}", flush=True)
-        if term.requested:
+        if stop.requested:
             print(f"digits: stopping at step {step} on SIGTERM", flush=True)
-            return EXIT_TERMINATED
+            return sdk.EXIT_STOPPED
         if args.step_delay > 0:
             time.sleep(args.step_delay)
 
