@@ -14,15 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import (
-    BEATING,
-    LearnerState,
-)
 from lifecycle_manager.learner_reports import apply_silence
 from lifecycle_manager.restart_policy import RestartPolicy
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import Desired, JobState
+from storage.job_states import LEARNER_BEATING, Desired, JobState, LearnerState
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +44,7 @@ def silent_learners(
     """Learners silent longer than `timeout_s`, with how long each has been silent."""
     silent = {}
     for learner in learners:
-        if learner.state not in BEATING:
+        if learner.state not in LEARNER_BEATING:
             continue
         last = max(beats.get(learner.index, 0.0), learner.changed_at, listening_since)
         if now - last > timeout_s:

@@ -22,12 +22,11 @@ import redis
 from lifecycle_manager import learner_specs, operations
 from lifecycle_manager.backends.local import LocalBackend
 from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import LearnerState
 from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
 from lifecycle_manager.reconcile import reconcile
 from storage import job_redis_users, streams
 from storage import jobs as repo
-from storage.job_states import JobState
+from storage.job_states import JobState, LearnerState
 from storage.models import Job, utcnow
 from storage.users import create_user
 from tests import services
