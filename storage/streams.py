@@ -10,7 +10,7 @@ Keys:
     dlaas:job:{job_id}:events       stream of the job's learner events, as its runners send
                                     them (they reach only their own job's keys), relayed by
                                     the lifecycle manager into the shared stream below with
-                                    `job` set from the key (`lifecycle_manager.event_relay`)
+                                    `job` set from the key (`lifecycle_manager.glue.event_relay`)
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
     dlaas:relayed-jobs              sorted set: the jobs whose event streams are relayed,

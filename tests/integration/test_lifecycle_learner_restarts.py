@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context
-from lifecycle_manager.reconcile import reconcile
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState, LearnerState

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from lifecycle_manager.job_progress import (
+from lifecycle_manager.decisions.job_progress import (
     NO_CHANGE,
     Action,
     ClusterLearner,

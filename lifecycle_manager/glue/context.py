@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from lifecycle_manager.backends import open_backend
 from lifecycle_manager.backends.base import ClusterBackend
-from lifecycle_manager.recovery_dispatch import RecoveryDispatcher
+from lifecycle_manager.glue.recovery_dispatch import RecoveryDispatcher
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
 from storage.models import utcnow

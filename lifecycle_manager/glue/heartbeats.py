@@ -13,9 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lifecycle_manager.context import Context
-from lifecycle_manager.learner_reports import apply_silence
-from lifecycle_manager.restart_policy import RestartPolicy
+from lifecycle_manager.decisions.restart_policy import RestartPolicy
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import apply_silence
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import LEARNER_BEATING, Desired, JobState, LearnerState

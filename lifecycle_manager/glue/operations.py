@@ -19,24 +19,24 @@ from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from lifecycle_manager import job_users
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoCapacity
-from lifecycle_manager.capacity_wait import (
+from lifecycle_manager.decisions.job_progress import HALTED_BY_USER
+from lifecycle_manager.decisions.restart_policy import RestartScope
+from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue.capacity_wait import (
     CAPACITY_RETRY_S,
     requeue_for_capacity,
     waiting_for_capacity,
 )
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import HALTED_BY_USER
-from lifecycle_manager.learner_reports import settle_job
-from lifecycle_manager.learner_restarts import (
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import settle_job
+from lifecycle_manager.glue.learner_restarts import (
     deploy_reason,
     learners_to_create,
     restart_scope,
     restarting_learners,
 )
-from lifecycle_manager.learner_specs import learner_specs
-from lifecycle_manager.restart_policy import RestartScope
+from lifecycle_manager.glue.learner_specs import learner_specs
 from storage import job_credentials, streams
 from storage import jobs as repo
 from storage.job_states import (

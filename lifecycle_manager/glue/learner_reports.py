@@ -29,8 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from lifecycle_manager.backends.base import OOM_KILLED_FIELD, BackendUnavailable, LearnerStatus
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import (
+from lifecycle_manager.decisions.job_progress import (
     Action,
     ClusterLearner,
     Decision,
@@ -42,7 +41,7 @@ from lifecycle_manager.job_progress import (
     learner_after_status,
     observe_cluster,
 )
-from lifecycle_manager.restart_policy import (
+from lifecycle_manager.decisions.restart_policy import (
     Cause,
     Failure,
     RestartPolicy,
@@ -50,6 +49,7 @@ from lifecycle_manager.restart_policy import (
     classify,
     with_restart_policy,
 )
+from lifecycle_manager.glue.context import Context
 from storage import job_credentials, streams, usage
 from storage import jobs as repo
 from storage.job_states import (
