@@ -157,8 +157,8 @@ async def measure_phases(url: str, redis_url: str, home: Path, transitions: int)
     from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver, start_watch
     from lifecycle_manager.backends.kubernetes.watch import PodWatch
     from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+    from lifecycle_manager.entrypoints.wiring import open_context
     from lifecycle_manager.glue import operations
-    from lifecycle_manager.glue.context import open_context
     from storage import jobs as repo
     from storage import streams
     from storage.job_states import JobState

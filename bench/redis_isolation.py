@@ -34,8 +34,9 @@ import redis.asyncio as aioredis
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import job_users
-from lifecycle_manager.glue.context import Context, open_context
+from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.event_relay import EventRelay
 from storage import job_credentials, job_redis_users, streams
 from storage import jobs as repo

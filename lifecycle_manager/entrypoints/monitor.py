@@ -27,8 +27,9 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import job_users
-from lifecycle_manager.glue.context import Context, open_context
+from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.event_relay import EventRelay
 from lifecycle_manager.glue.heartbeats import check_heartbeats
 from lifecycle_manager.glue.learner_reports import Settled, apply_learner_events

@@ -62,7 +62,8 @@ from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver
 from lifecycle_manager.backends.kubernetes.watch import PodWatch
 from lifecycle_manager.decisions.restart_policy import Cause, Failure, RestartPolicy, RestartScope
 from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
-from lifecycle_manager.glue.context import Context, open_context
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.reconcile import reconcile
 from storage import streams
 from storage.job_states import JobState

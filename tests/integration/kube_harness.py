@@ -20,8 +20,9 @@ from lifecycle_manager.backends.kubernetes.pod_events import Output, PodTracker
 from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver, start_watch
 from lifecycle_manager.backends.kubernetes.watch import PodWatch
 from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import operations
-from lifecycle_manager.glue.context import Context, Timings, open_context
+from lifecycle_manager.glue.context import Context, Timings
 from storage import jobs as repo
 from storage import streams
 from storage.migrate import upgrade

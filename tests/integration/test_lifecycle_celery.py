@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from lifecycle_manager.glue.context import open_context
+from lifecycle_manager.entrypoints.wiring import open_context
 from storage import jobs as repo
 from storage import task_names
 from storage.job_states import JobState

@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import operations
-from lifecycle_manager.glue.context import Context, Timings, open_context
+from lifecycle_manager.glue.context import Context, Timings
 from storage.migrate import upgrade
 from storage.settings import Settings
 from tests import services
