@@ -1,4 +1,4 @@
-from lifecycle_manager.glue.heartbeats import LearnerBeat, silent_learners
+from lifecycle_manager.decisions.hung_learners import LearnerBeat, silent_learners
 from storage.job_states import LearnerState as L
 
 
