@@ -2,9 +2,9 @@
 #   docker build --target api -t dlaas-api:0.1.0 .                               (the default)
 #   docker build --target lifecycle-manager -t dlaas-lifecycle-manager:0.1.0 .
 # The lifecycle-manager image runs the Celery worker by default; the same image runs the beat
-# (`celery -A lifecycle_manager.celery_app:app beat`), the monitor
-# (`python -m lifecycle_manager.monitor`) and the pod watcher
-# (`python -m lifecycle_manager.pod_watcher`). Neither image carries PyTorch.
+# (`celery -A lifecycle_manager.entrypoints.celery_app:app beat`), the monitor
+# (`python -m lifecycle_manager.entrypoints.monitor`) and the pod watcher
+# (`python -m lifecycle_manager.backends.kubernetes.pod_watcher`). Neither image carries PyTorch.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -28,7 +28,7 @@ WORKDIR /home/dlaas
 ENV DLAAS_HOME=/home/dlaas/.dlaas
 
 FROM runtime AS lifecycle-manager
-CMD ["python", "-m", "lifecycle_manager.worker"]
+CMD ["python", "-m", "lifecycle_manager.entrypoints.worker"]
 
 FROM runtime AS api
 EXPOSE 8470

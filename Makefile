@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q -p no:cacheprovider

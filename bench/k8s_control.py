@@ -152,13 +152,13 @@ async def measure_creates(url: str, jobs: int) -> dict[str, Any]:
 async def measure_phases(url: str, redis_url: str, home: Path, transitions: int) -> dict[str, Any]:
     from kubernetes import client
 
-    from lifecycle_manager import operations
     from lifecycle_manager.backends.kubernetes.client import Caller
     from lifecycle_manager.backends.kubernetes.pod_events import Output, PodTracker
+    from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver, start_watch
     from lifecycle_manager.backends.kubernetes.watch import PodWatch
-    from lifecycle_manager.context import open_context
-    from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
-    from lifecycle_manager.pod_watcher import Forwarder, deliver, start_watch
+    from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+    from lifecycle_manager.entrypoints.wiring import open_context
+    from lifecycle_manager.glue import operations
     from storage import jobs as repo
     from storage import streams
     from storage.job_states import JobState

@@ -52,7 +52,7 @@ import httpx
 from bench._cpu_meter import CpuSnapshot, snapshot, top_consumers
 from bench._latency_stats import median, rounded
 from cli import embedded
-from lifecycle_manager.agent_learners import LEARNER_NICENESS
+from lifecycle_manager.backends.local.agent_learners import LEARNER_NICENESS
 from tests.e2e.flood import (
     FLOOD_JOB,
     LogCheck,

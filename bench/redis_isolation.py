@@ -4,11 +4,11 @@ On a Redis database and a PostgreSQL database of their own, with `--jobs` live j
 300), each with a token minted as a deploy mints it:
 
 (a) `grant_all_s`: the monitor's first sync, granting every job's user; `sync_ms_p50/p95`:
-    its later passes (`lifecycle_manager.job_users.sync`, once a second in the monitor),
+    its later passes (`lifecycle_manager.glue.job_users.sync`, once a second in the monitor),
     which find nothing to change.
 (b) `relay_hop_ms_p50/p95`: a learner's event, sent as its job's user to the job's stream,
     until a reader of the shared `dlaas:learner-events` has it, with the relay
-    (`lifecycle_manager.event_relay`, in this process) waiting on all jobs' streams.
+    (`lifecycle_manager.glue.event_relay`, in this process) waiting on all jobs' streams.
     Baseline in the same run, measured first with no relay running: `direct_hop_ms_p50/p95`,
     the same event written straight to the shared stream (as learners did before).
     `relay_extra_ms_p50` is the difference of the medians.
@@ -34,9 +34,10 @@ import redis.asyncio as aioredis
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
-from lifecycle_manager import job_users
-from lifecycle_manager.context import Context, open_context
-from lifecycle_manager.event_relay import EventRelay
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.event_relay import EventRelay
 from storage import job_credentials, job_redis_users, streams
 from storage import jobs as repo
 from storage.migrate import upgrade

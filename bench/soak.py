@@ -41,7 +41,7 @@ from typing import Any
 
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, percentile, rounded
-from lifecycle_manager.monitor import CONSUMER_GROUP
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP
 from storage import streams
 from tests.e2e.burst import (
     STUCK_AFTER_S,

@@ -254,7 +254,7 @@ def service_command(
         ]  # fmt: skip
     elif name == "agent":
         argv = [
-            python, "-m", "lifecycle_manager.node_agent",
+            python, "-m", "lifecycle_manager.backends.local.node_agent",
             "--host", "127.0.0.1",
             "--port", str(_port(platform.agent_url)),
             "--root", str(home / "agent"),
@@ -263,9 +263,9 @@ def service_command(
         argv = [python, "-m", "api", "--port", str(_port(platform.url))]
         env["DLAAS_ADMIN_TOKEN"] = token
     elif name == "worker":
-        argv = [python, "-m", "lifecycle_manager.worker"]
+        argv = [python, "-m", "lifecycle_manager.entrypoints.worker"]
     elif name == "monitor":
-        argv = [python, "-m", "lifecycle_manager.monitor"]
+        argv = [python, "-m", "lifecycle_manager.entrypoints.monitor"]
     else:
         raise PlatformError(
             f"no service {name!r}: the embedded platform runs {', '.join(SERVICES)}"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from learner_image.runner_config import RunnerConfig, RunnerFailure
+from storage.job_states import LearnerState
 
 if TYPE_CHECKING:
     from learner_image.reporter import Reporter
@@ -43,7 +44,7 @@ def connect_reporter(redis_url: str, config: RunnerConfig, *, downloading: bool)
     try:
         reporter = connect(redis_url, config.job_id, config.learner, config.attempt)
         if downloading:
-            reporter.status("DOWNLOADING")
+            reporter.status(LearnerState.DOWNLOADING)
             reporter.keep_beating()
     except Exception as exc:
         raise RunnerFailure(f"could not reach Redis at {redis_url}: {exc}") from exc

@@ -1,7 +1,7 @@
 """What a learner tells the control plane through Redis: events, heartbeats, logs, metrics.
 
 It signs in as its job's Redis user, which reaches only the job's own keys: events go to the
-job's own stream, which the lifecycle manager relays (`lifecycle_manager.event_relay`).
+job's own stream, which the lifecycle manager relays (`lifecycle_manager.glue.event_relay`).
 
 Key names and record encodings are `storage.streams`'; this module only sends. Publishing an
 event retries for about a second and a half (a lost event is a learner the lifecycle manager

@@ -32,6 +32,7 @@ from learner_image.runner_config import RunnerConfig, RunnerFailure
 from learner_image.sdk.timer import UPLOAD_POLL_S
 from storage import exit_reports
 from storage.exit_reports import ExitReport
+from storage.job_states import LearnerState
 
 if TYPE_CHECKING:
     from learner_image.checkpoint_sync import CheckpointUploader
@@ -83,7 +84,7 @@ class Shipper:
 
         c, reporter, output, store = self.config, self.reporter, self.output, self.store
         assert store is not None
-        self._notify("RUNNING", reporter.status, "RUNNING")
+        self._notify("RUNNING", reporter.status, LearnerState.RUNNING)
         if restored is not None:
             named = stored_name(restored, c.checkpoint_learner)
             output.line(f"[dlaas] learner {c.learner} resumes from checkpoint {named}")
@@ -135,7 +136,7 @@ class Shipper:
         # The command's whole output is stored before anything that may wait on Redis.
         self._try("store the log", self._upload_log)
         if finished:
-            self._notify("STORING", self.reporter.status, "STORING")
+            self._notify("STORING", self.reporter.status, LearnerState.STORING)
         if self.uploader is not None:
             self.uploader.sync_once()
         if finished:

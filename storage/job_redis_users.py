@@ -7,7 +7,7 @@ job's own keys (`streams.job_keys`: logs, metrics, heartbeats, the job's event s
 run nothing else: the Celery broker's lists, other jobs' streams and the shared
 `dlaas:learner-events` are out of its reach. A learner's events go to its job's own stream,
 from which the lifecycle manager relays them with the job's id taken from the key
-(`lifecycle_manager.event_relay`), so a job cannot speak for another.
+(`lifecycle_manager.glue.event_relay`), so a job cannot speak for another.
 
 Which users should exist is decided by `plan_access`, a plain function of what the database
 says is live and what Redis holds; the monitor carries the plan out every second, which

@@ -1,4 +1,6 @@
-"""The job state machine: one transition table, pure functions over it.
+"""The states of a job and of its learners: the job's transition table, pure functions over
+it, and the learner states every package names (the API, the lifecycle manager, the
+database's rows and the learner's status reports all use these values).
 
 ```
             +---------+   deploy    +-----------+  learners fetch  +-------------+
@@ -32,6 +34,22 @@ of the job's logs stops there too (`STOPPED_STATES`).
 The lifecycle manager applies a transition with a conditional update
 (`WHERE state IN predecessors(target)`), so two workers racing on the same job cannot
 both win; the loser reads the job again and decides anew.
+
+Learner rows move like this (one row per learner, reset whenever that learner is created
+again: for every attempt of a gang, or alone when a `restart_policy.scope: learner` job
+restarts just that learner; a row's `attempt` is the attempt its learner was created in):
+
+```
+ PENDING --> DOWNLOADING --> RUNNING --> STORING --(exit 0)--> SUCCEEDED
+    |             |             |           |
+    +-------------+---(exit != 0, vanished)-+------------------> FAILED
+    +-------------+---(halt: being stopped)-+--> STOPPING --(exit)--> STOPPED
+```
+
+A learner that exits after the lifecycle manager stopped it (halt, delete) is STOPPED, never
+FAILED. STOPPING rows mark an attempt being halted: if the user resumes before the halt is
+through, the resume finishes the halt first and then deploys a new attempt. How a job
+follows its learners is decided in `lifecycle_manager.decisions.job_progress`.
 """
 
 from __future__ import annotations
@@ -114,3 +132,26 @@ def predecessors(target: JobState) -> frozenset[JobState]:
 
 def is_final(state: JobState) -> bool:
     return state in FINAL_STATES
+
+
+class LearnerState(StrEnum):
+    PENDING = "PENDING"
+    DOWNLOADING = "DOWNLOADING"
+    RUNNING = "RUNNING"
+    STORING = "STORING"
+    DONE = "DONE"  # the runner said it finished; its exit is still to come
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPING = "STOPPING"  # being stopped by the lifecycle manager (halt)
+    STOPPED = "STOPPED"  # stopped by the lifecycle manager (halt, delete)
+
+
+L = LearnerState
+
+LEARNER_FINISHED = frozenset({L.SUCCEEDED, L.FAILED, L.STOPPED})
+LEARNER_ENDING = LEARNER_FINISHED | {L.STOPPING}
+# Learners whose runner sends heartbeats: silent too long, they hung.
+LEARNER_BEATING = frozenset({L.DOWNLOADING, L.RUNNING, L.STORING})
+# The states a learner's runner reports of itself (its `status` events); the others are the
+# lifecycle manager's word.
+LEARNER_REPORTED = frozenset({L.DOWNLOADING, L.RUNNING, L.STORING, L.DONE})

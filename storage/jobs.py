@@ -21,6 +21,7 @@ from storage.job_states import (
     STOPPED_STATES,
     Desired,
     JobState,
+    LearnerState,
     check_transition,
     predecessors,
 )
@@ -260,7 +261,7 @@ async def reset_learners(
             session.add(Learner(job_id=job_id, index=index, attempt=attempt))
         else:
             learner.attempt = attempt
-            learner.state = "PENDING"
+            learner.state = LearnerState.PENDING
             learner.exit_code = None
             learner.signal = None
             learner.oom_killed = None

@@ -20,6 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from storage.job_states import Desired, LearnerState
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -51,7 +53,7 @@ class Job(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     # What the user asked for ("run", "halt", "delete"); the lifecycle manager drives the
     # cluster towards it, and ignores learner exits it caused itself.
-    desired: Mapped[str] = mapped_column(String(8), default="run")
+    desired: Mapped[str] = mapped_column(String(8), default=Desired.RUN.value)
     learners: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
@@ -84,7 +86,7 @@ class Learner(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     index: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[str] = mapped_column(String(16), default="PENDING")
+    state: Mapped[str] = mapped_column(String(16), default=LearnerState.PENDING.value)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     # how it exited, so a failure decided later from the row is classed as it was reported
     signal: Mapped[str | None] = mapped_column(String(16), default=None)

@@ -10,7 +10,7 @@ Keys:
     dlaas:job:{job_id}:events       stream of the job's learner events, as its runners send
                                     them (they reach only their own job's keys), relayed by
                                     the lifecycle manager into the shared stream below with
-                                    `job` set from the key (`lifecycle_manager.event_relay`)
+                                    `job` set from the key (`lifecycle_manager.glue.event_relay`)
     dlaas:learner-events            stream {"job", "learner", "attempt", "kind", "t", ...fields}
                                     read by the lifecycle manager through a consumer group
     dlaas:relayed-jobs              sorted set: the jobs whose event streams are relayed,
@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from redis.exceptions import ResponseError
 
+from storage.job_states import LEARNER_REPORTED
+
 if TYPE_CHECKING:
     from redis import Redis
     from redis.asyncio import Redis as AsyncRedis
@@ -76,7 +78,6 @@ STATUS: Final = "status"
 EXIT: Final = "exit"
 CHECKPOINT: Final = "checkpoint"
 EVENT_KINDS: Final = frozenset({STATUS, EXIT, CHECKPOINT})
-LEARNER_STATES: Final = ("DOWNLOADING", "RUNNING", "STORING", "DONE")
 
 StreamId = str
 """A stream entry id such as '1700000000000-0'; '0-0' reads from the start."""
@@ -183,8 +184,9 @@ _EVENT_HEADER: Final = frozenset({"job", "learner", "attempt", "kind", "t"})
 def status_event(
     job: str, learner: int, attempt: int, state: str, time: float | None = None
 ) -> LearnerEvent:
-    if state not in LEARNER_STATES:
-        raise ValueError(f"learner state {state!r} is not one of {', '.join(LEARNER_STATES)}")
+    if state not in LEARNER_REPORTED:
+        known = ", ".join(sorted(LEARNER_REPORTED))
+        raise ValueError(f"learner state {state!r} is not one of {known}")
     return LearnerEvent(job, learner, attempt, STATUS, {"state": state}, _now(time))
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lifecycle_manager.beat import HeartbeatScheduler
+from lifecycle_manager.entrypoints.beat import HeartbeatScheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from lifecycle_manager.job_progress import HALTED_BY_USER
-from lifecycle_manager.restart_policy import Failure, RestartPolicy, decide_restart
+from lifecycle_manager.decisions.job_progress import HALTED_BY_USER
+from lifecycle_manager.decisions.restart_policy import Failure, RestartPolicy, decide_restart
 from storage.job_states import STOPPED_STATES, JobState, can_transition
 
 INTERRUPTED = "interrupted"

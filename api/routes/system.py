@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_late
 from sqlalchemy import func, select, text
 
 from api.deps import CurrentUser, SessionDep, StateDep
-from storage.job_states import ACTIVE_STATES, JobState
+from storage.job_states import ACTIVE_STATES, JobState, LearnerState
 from storage.models import Job, Learner
 
 router = APIRouter(tags=["system"])
@@ -49,6 +49,10 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
+# The learners counted as holding their share of a node.
+HOLDING = (LearnerState.PENDING, LearnerState.DOWNLOADING, LearnerState.RUNNING)
+
+
 @router.get("/v2/cluster", tags=["cluster"])
 async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> dict[str, object]:
     """The cluster's nodes, each with its capacity and what active learners hold of it."""
@@ -57,7 +61,7 @@ async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> di
         select(Job.manifest)
         .select_from(Learner)
         .join(Job, Job.id == Learner.job_id)
-        .where(Job.state.in_(active), Learner.state.in_(["PENDING", "DOWNLOADING", "RUNNING"]))
+        .where(Job.state.in_(active), Learner.state.in_(HOLDING))
     )
     manifests = held.scalars().all()
     backend = state.settings.cluster_backend

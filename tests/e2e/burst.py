@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session
 
 from cli.archive import zip_directory
 from cli.client import ApiError, DlaasClient, DlaasConnectionError
-from lifecycle_manager.restart_policy import RestartPolicy
+from lifecycle_manager.decisions.restart_policy import RestartPolicy
 from storage import streams
 from storage.db import sync_url
 from storage.job_states import ACTIVE_STATES, FINAL_STATES, JobState

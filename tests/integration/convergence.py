@@ -15,9 +15,9 @@ from sqlalchemy import select
 from api.auth import Principal
 from api.errors import DlaasError
 from api.services import jobs as api_jobs
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context
-from lifecycle_manager.restart_policy import RestartPolicy
+from lifecycle_manager.decisions.restart_policy import RestartPolicy
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
 from storage import jobs as repo
 from storage.job_states import STOPPED_STATES, JobState
 from storage.models import JobEvent

@@ -58,12 +58,13 @@ from lifecycle_manager.backends.kubernetes.pod_events import (
     Output,
     PodTracker,
 )
+from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver_one, start_watch
 from lifecycle_manager.backends.kubernetes.watch import PodWatch
-from lifecycle_manager.context import Context, open_context
-from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
-from lifecycle_manager.pod_watcher import Forwarder, deliver_one, start_watch
-from lifecycle_manager.reconcile import reconcile
-from lifecycle_manager.restart_policy import Cause, Failure, RestartPolicy, RestartScope
+from lifecycle_manager.decisions.restart_policy import Cause, Failure, RestartPolicy, RestartScope
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import streams
 from storage.job_states import JobState
 from storage.settings import Settings
@@ -458,8 +459,9 @@ class JobModel:
 
 
 class PodWatcher:
-    """`python -m lifecycle_manager.pod_watcher`'s watch thread and tracker, in this event
-    loop; what it says is held for the test to deliver."""
+    """The pod watcher's watch thread and tracker
+    (`python -m lifecycle_manager.backends.kubernetes.pod_watcher`), in this event loop; what
+    it says is held for the test to deliver."""
 
     def __init__(self, settings_: Settings) -> None:
         url = settings_.kube_api_url

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lifecycle_manager import operations
 from lifecycle_manager.backends.kubernetes.client import Caller
 from lifecycle_manager.backends.kubernetes.pod_events import Output, PodTracker
+from lifecycle_manager.backends.kubernetes.pod_watcher import Forwarder, deliver, start_watch
 from lifecycle_manager.backends.kubernetes.watch import PodWatch
-from lifecycle_manager.context import Context, Timings, open_context
-from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
-from lifecycle_manager.pod_watcher import Forwarder, deliver, start_watch
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context, Timings
 from storage import jobs as repo
 from storage import streams
 from storage.migrate import upgrade
@@ -133,7 +134,8 @@ async def kube_ctx(
 async def pod_watcher(
     ctx: Context, watch_timeout_s: int = 30, pull_timeout_s: float = 300.0
 ) -> AsyncIterator[PodWatch]:
-    """The pod watcher of `python -m lifecycle_manager.pod_watcher`, in this event loop."""
+    """The pod watcher (`python -m lifecycle_manager.backends.kubernetes.pod_watcher`), in this
+    event loop."""
     url = ctx.settings.kube_api_url
     assert url is not None
     calls = Caller(client.ApiClient(client.Configuration(host=url)), timeout=2.0)

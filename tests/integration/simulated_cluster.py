@@ -31,7 +31,7 @@ from lifecycle_manager.backends.base import (
     NoCapacity,
     learner_name,
 )
-from lifecycle_manager.job_progress import describe_exit
+from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import streams
 from storage.exit_reports import ExitReport
 

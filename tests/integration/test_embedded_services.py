@@ -52,7 +52,7 @@ def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
     assert "DLAAS_ADMIN_TOKEN" not in redis_env
     for name in ("worker", "monitor"):
         command, _ = embedded.service_command(record, name, token="t", environ={})
-        assert command[-1] == f"lifecycle_manager.{name}"
+        assert command[-1] == f"lifecycle_manager.entrypoints.{name}"
 
 
 def test_only_the_agent_and_the_lifecycle_manager_get_the_agents_token(tmp_path: Path) -> None:

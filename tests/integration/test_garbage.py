@@ -12,8 +12,9 @@ from redis.asyncio import Redis
 from sqlalchemy import func, select
 
 from api.state import ApiState
-from lifecycle_manager import garbage
-from lifecycle_manager.context import Context, open_context
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import garbage
+from lifecycle_manager.glue.context import Context
 from storage import idempotency, pending_archives, streams, users
 from storage import jobs as repo
 from storage.job_states import JobState

@@ -12,9 +12,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from lifecycle_manager import job_users
-from lifecycle_manager.context import Context
-from lifecycle_manager.event_relay import EventRelay
+from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.event_relay import EventRelay
 from storage import job_credentials, job_redis_users, streams
 from storage import jobs as repo
 from tests.integration import test_lifecycle_harness as harness

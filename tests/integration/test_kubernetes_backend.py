@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context
-from lifecycle_manager.learner_specs import learner_specs
-from lifecycle_manager.reconcile import reconcile
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_specs import learner_specs
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import jobs as repo
 from storage.job_states import JobState
 from tests import services

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from lifecycle_manager import operations
 from lifecycle_manager.backends.kubernetes.backend import KubernetesBackend
 from lifecycle_manager.backends.kubernetes.manifests import SECRET_ENV
-from lifecycle_manager.context import Context
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
 from storage.exit_reports import ExitReport
 from storage.job_states import JobState
 from tests import services

@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from api.app import create_app
-from lifecycle_manager import operations
-from lifecycle_manager.context import open_context
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import operations
 from storage.job_states import FINAL_STATES, JobState
 from storage.migrate import upgrade
 from storage.settings import Settings

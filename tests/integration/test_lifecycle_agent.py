@@ -19,9 +19,9 @@ import httpx
 import pytest
 import redis
 
-from lifecycle_manager.agent_learners import LEARNER_NICENESS, group_is_running
 from lifecycle_manager.backends.base import BackendUnavailable, learner_name
-from lifecycle_manager.backends.local import LocalBackend
+from lifecycle_manager.backends.local.agent_learners import LEARNER_NICENESS, group_is_running
+from lifecycle_manager.backends.local.client import LocalBackend
 from storage import streams
 from storage.exit_reports import ExitReport
 from tests import services
@@ -432,7 +432,15 @@ def test_the_agent_binds_loopback_and_needs_nothing_but_redis_and_its_token(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
     port, token = services.free_port(), secrets.token_hex(32)
-    argv = [PY, "-m", "lifecycle_manager.node_agent", "--port", str(port), "--root", "root"]
+    argv = [
+        PY,
+        "-m",
+        "lifecycle_manager.backends.local.node_agent",
+        "--port",
+        str(port),
+        "--root",
+        "root",
+    ]
     env = _agent_env(tmp_path, redis_url, DLAAS_AGENT_TOKEN=token)
     process = services.start_process("agent", argv, tmp_path, env=env)
     agent = Agent(f"http://127.0.0.1:{port}", tmp_path / "root", process, token)
@@ -462,7 +470,15 @@ def test_the_agent_binds_loopback_and_needs_nothing_but_redis_and_its_token(
 def test_the_agent_refuses_to_start_without_a_strong_token(
     tmp_path: Path, redis_url: str, extra: dict[str, str], refusal: str
 ) -> None:
-    argv = [PY, "-m", "lifecycle_manager.node_agent", "--port", "1", "--root", str(tmp_path)]
+    argv = [
+        PY,
+        "-m",
+        "lifecycle_manager.backends.local.node_agent",
+        "--port",
+        "1",
+        "--root",
+        str(tmp_path),
+    ]
     env = _agent_env(tmp_path, redis_url, **extra)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

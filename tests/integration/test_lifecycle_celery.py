@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from lifecycle_manager.context import open_context
+from lifecycle_manager.entrypoints.wiring import open_context
 from storage import jobs as repo
 from storage import task_names
 from storage.job_states import JobState
@@ -73,7 +73,7 @@ async def test_send_task_by_name_deploys_a_job(
         }
         worker = services.start_process(
             "worker",
-            [sys.executable, "-m", "lifecycle_manager.worker", "--no-beat"],
+            [sys.executable, "-m", "lifecycle_manager.entrypoints.worker", "--no-beat"],
             tmp_path / "worker",
             env=env,
         )

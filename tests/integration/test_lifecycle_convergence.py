@@ -43,10 +43,10 @@ from hypothesis.stateful import (
 )
 
 from api.auth import Principal
-from lifecycle_manager.context import Context, Timings
-from lifecycle_manager.learner_reports import apply_silence
-from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
-from lifecycle_manager.reconcile import reconcile
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.glue.context import Context, Timings
+from lifecycle_manager.glue.learner_reports import apply_silence
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import jobs as repo
 from storage import streams
 from storage.db import make_engine, make_sessionmaker

@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context, Timings, open_context
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context, Timings
 from storage.migrate import upgrade
 from storage.settings import Settings
 from tests import services
@@ -80,7 +81,7 @@ def start_agent(
         "DLAAS_PROBE_SECRET": "agent-only",
     }
     argv = [
-        sys.executable, "-m", "lifecycle_manager.node_agent", "--port", str(port),
+        sys.executable, "-m", "lifecycle_manager.backends.local.node_agent", "--port", str(port),
         "--root", str(root), "--grace", str(AGENT_GRACE_S),
     ]  # fmt: skip
     process = services.start_process("agent", argv, root.parent / f"agent-{port}", env=env)

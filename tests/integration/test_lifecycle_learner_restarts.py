@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import LearnerState
-from lifecycle_manager.reconcile import reconcile
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import JobState
+from storage.job_states import JobState, LearnerState
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import Agent
 from tests.integration.test_lifecycle_operations import (

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from lifecycle_manager import liveness
-from lifecycle_manager.context import Context
-from lifecycle_manager.learner_reports import (
+from lifecycle_manager.entrypoints.monitor import BLOCK_MS, CONSUMER_GROUP, MAX_FAILURES, Monitor
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import (
     CHECKPOINT_FAILED_EVENT,
     apply_learner_events,
     newest_checkpoint,
 )
 from lifecycle_manager.liveness import Heartbeat
-from lifecycle_manager.monitor import BLOCK_MS, CONSUMER_GROUP, MAX_FAILURES, Monitor
 from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState

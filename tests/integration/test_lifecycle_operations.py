@@ -19,15 +19,14 @@ import httpx
 import pytest
 import redis
 
-from lifecycle_manager import learner_specs, operations
-from lifecycle_manager.backends.local import LocalBackend
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import LearnerState
-from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
-from lifecycle_manager.reconcile import reconcile
+from lifecycle_manager.backends.local.client import LocalBackend
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.glue import learner_specs, operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import job_redis_users, streams
 from storage import jobs as repo
-from storage.job_states import JobState
+from storage.job_states import JobState, LearnerState
 from storage.models import Job, utcnow
 from storage.users import create_user
 from tests import services

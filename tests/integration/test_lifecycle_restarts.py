@@ -10,14 +10,13 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from lifecycle_manager import operations
-from lifecycle_manager.context import Context
-from lifecycle_manager.heartbeats import check_heartbeats
-from lifecycle_manager.job_progress import LearnerState
-from lifecycle_manager.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.heartbeats import check_heartbeats
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import JobState
+from storage.job_states import JobState, LearnerState
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import Agent
 from tests.integration.test_lifecycle_operations import (

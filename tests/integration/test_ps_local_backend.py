@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from learner_image.ps import sidecar
-from lifecycle_manager.agent_learners import LearnerTable
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec
+from lifecycle_manager.backends.local.agent_learners import LearnerTable
 from tests.integration.ps_harness import wait_for
 
 # One SGD step through the sidecar, then the new weights are printed.

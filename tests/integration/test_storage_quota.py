@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.state import ApiState
-from lifecycle_manager.learner_reports import count_results
+from lifecycle_manager.glue.learner_reports import count_results
 from tests.integration.api_harness import Harness, submit
 
 

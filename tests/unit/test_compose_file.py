@@ -57,7 +57,7 @@ def test_every_service_is_there_and_the_environment_is_dlaas_settings(
     assert wired["beat"]["command"][:4] == [
         "celery",
         "-A",
-        "lifecycle_manager.celery_app:app",
+        "lifecycle_manager.entrypoints.celery_app:app",
         "beat",
     ]
     assert wired["api"]["build"]["target"] == "api"

@@ -1,4 +1,4 @@
-from lifecycle_manager.learner_restarts import deploy_reason
+from lifecycle_manager.glue.learner_restarts import deploy_reason
 
 
 def test_the_deploy_event_says_which_learners_are_created_again() -> None:

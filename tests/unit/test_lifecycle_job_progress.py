@@ -2,14 +2,12 @@ import itertools
 
 import pytest
 
-from lifecycle_manager.job_progress import (
+from lifecycle_manager.decisions.job_progress import (
     NO_CHANGE,
     Action,
     ClusterLearner,
     Decision,
-    Desired,
     JobView,
-    LearnerState,
     LearnerView,
     Observation,
     decide,
@@ -18,7 +16,7 @@ from lifecycle_manager.job_progress import (
     learner_after_status,
     observe_cluster,
 )
-from storage.job_states import JobState, can_transition
+from storage.job_states import Desired, JobState, LearnerState, can_transition
 
 L = LearnerState
 

@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 from lifecycle_manager.backends.base import Resources, learner_name
-from lifecycle_manager.learner_specs import learner_specs
+from lifecycle_manager.glue.learner_specs import learner_specs
 from storage.settings import Settings
 
 MANIFEST = {

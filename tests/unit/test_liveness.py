@@ -82,8 +82,8 @@ async def test_keep_beating_beats_only_while_the_process_works(tmp_path: Path) -
 def test_the_beat_refreshes_the_heartbeat_at_every_tick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lifecycle_manager.beat import HeartbeatScheduler
-    from lifecycle_manager.celery_app import app
+    from lifecycle_manager.entrypoints.beat import HeartbeatScheduler
+    from lifecycle_manager.entrypoints.celery_app import app
 
     path = tmp_path / "alive"
     monkeypatch.setenv("DLAAS_LIVENESS_FILE", str(path))

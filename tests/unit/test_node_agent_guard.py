@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lifecycle_manager.agent_learners import LearnerTable
-from lifecycle_manager.node_agent import allowed_hosts, create_app
+from lifecycle_manager.backends.local.agent_learners import LearnerTable
+from lifecycle_manager.backends.local.node_agent import allowed_hosts, create_app
 
 TOKEN = "t" * 40
 

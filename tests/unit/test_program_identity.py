@@ -14,7 +14,7 @@ import pytest
 
 from learner_image.checkpoint_sync import open_inside
 from learner_image.program_identity import hand_over
-from lifecycle_manager import node_agent
+from lifecycle_manager.backends.local import node_agent
 
 
 def test_a_file_is_read_through_no_link_at_any_step(tmp_path: Path) -> None:

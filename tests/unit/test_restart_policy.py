@@ -1,5 +1,5 @@
-from lifecycle_manager.job_progress import Action, Decision
-from lifecycle_manager.restart_policy import (
+from lifecycle_manager.decisions.job_progress import Action, Decision
+from lifecycle_manager.decisions.restart_policy import (
     Cause,
     Failure,
     RestartPolicy,

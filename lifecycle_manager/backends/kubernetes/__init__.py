@@ -5,7 +5,9 @@
 - `client`: the API client, with timeouts, brief retries and error classes
 - `backend`: `KubernetesBackend`, the `ClusterBackend` the lifecycle manager uses
 - `pod_status`, `pod_events`: a pod's status read as learner events and job notices
-- `watch`: the list-then-watch loop the pod watcher (`lifecycle_manager.pod_watcher`) runs
+- `watch`: the list-then-watch loop the pod watcher runs
+- `pod_watcher`: that process (`python -m lifecycle_manager.backends.kubernetes.pod_watcher`),
+  which feeds what it sees to the monitor and the job rows
 """
 
 from lifecycle_manager.backends.kubernetes.backend import KubernetesBackend

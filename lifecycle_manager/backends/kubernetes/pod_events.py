@@ -36,6 +36,7 @@ from lifecycle_manager.backends.kubernetes.pod_status import (
 )
 from storage import streams
 from storage.exit_reports import ExitReport
+from storage.job_states import LearnerState
 
 DELETED = "DELETED"
 
@@ -110,7 +111,9 @@ class PodTracker:
             return out
         if reading.started and not memory.started:
             memory.started = True
-            out.append(streams.status_event(who.job, who.learner, who.attempt, "DOWNLOADING"))
+            out.append(
+                streams.status_event(who.job, who.learner, who.attempt, LearnerState.DOWNLOADING)
+            )
         if reading.phase in (LearnerPhase.SUCCEEDED, LearnerPhase.FAILED):
             memory.finished = True
             out.append(

@@ -3,7 +3,7 @@ whose heartbeats stopped (hung) so the restart policy can restart them. It also 
 job's events from the job's own stream into the shared one (`event_relay`) and keeps Redis's
 job users in line with the database every second (`job_users`).
 
-    python -m lifecycle_manager.monitor [--consumer NAME]
+    python -m lifecycle_manager.entrypoints.monitor [--consumer NAME]
 
 Reads the stream `dlaas:learner-events` in the consumer group `lifecycle` and acknowledges
 an event only after its database write committed, so a crash redelivers it (handling is
@@ -27,11 +27,12 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
-from lifecycle_manager import job_users
-from lifecycle_manager.context import Context, open_context
-from lifecycle_manager.event_relay import EventRelay
-from lifecycle_manager.heartbeats import check_heartbeats
-from lifecycle_manager.learner_reports import Settled, apply_learner_events
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.event_relay import EventRelay
+from lifecycle_manager.glue.heartbeats import check_heartbeats
+from lifecycle_manager.glue.learner_reports import Settled, apply_learner_events
 from lifecycle_manager.liveness import Heartbeat
 from storage import streams
 from storage.migrate import upgrade
@@ -216,7 +217,7 @@ async def serve(settings: Settings, consumer: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.monitor")
+    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.entrypoints.monitor")
     parser.add_argument(
         "--consumer",
         default=f"monitor-{socket.gethostname()}",

@@ -12,7 +12,8 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from lifecycle_manager.context import Context, open_context
+from lifecycle_manager.entrypoints.wiring import open_context
+from lifecycle_manager.glue.context import Context
 from storage.settings import Settings
 
 T = TypeVar("T")

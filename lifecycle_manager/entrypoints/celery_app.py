@@ -12,9 +12,9 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_shutdown
 
-from lifecycle_manager import garbage, operations
-from lifecycle_manager.reconcile import reconcile
-from lifecycle_manager.runtime import runtime
+from lifecycle_manager.entrypoints.runtime import runtime
+from lifecycle_manager.glue import garbage, operations
+from lifecycle_manager.glue.reconcile import reconcile
 from storage import task_names
 from storage.settings import Settings
 

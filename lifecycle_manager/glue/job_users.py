@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from lifecycle_manager.context import Context
+from lifecycle_manager.glue.context import Context
 from storage import job_credentials, job_redis_users
 from storage.job_redis_users import AccessPlan
 

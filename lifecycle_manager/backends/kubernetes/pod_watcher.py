@@ -1,6 +1,6 @@
 """The pod watcher: what Kubernetes says of learner pods, fed to the health monitor.
 
-    python -m lifecycle_manager.pod_watcher
+    python -m lifecycle_manager.backends.kubernetes.pod_watcher
 
 Lists, then watches, dlaas's learner pods in `DLAAS_KUBE_NAMESPACE` (re-listing when its
 resourceVersion expires) and publishes what changed on the `dlaas:learner-events` stream,

@@ -1,5 +1,5 @@
-from lifecycle_manager.heartbeats import LearnerBeat, silent_learners
-from lifecycle_manager.job_progress import LearnerState as L
+from lifecycle_manager.decisions.hung_learners import LearnerBeat, silent_learners
+from storage.job_states import LearnerState as L
 
 
 def test_a_learner_silent_past_the_timeout_is_hung() -> None:

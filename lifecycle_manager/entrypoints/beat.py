@@ -1,8 +1,8 @@
 """The Celery beat's scheduler: the persistent one, refreshing the liveness heartbeat
 (`DLAAS_LIVENESS_FILE`) at every tick, so a probe can tell a beat that hangs or died.
 
-    celery -A lifecycle_manager.celery_app:app beat \\
-        --scheduler lifecycle_manager.beat:HeartbeatScheduler
+    celery -A lifecycle_manager.entrypoints.celery_app:app beat \\
+        --scheduler lifecycle_manager.entrypoints.beat:HeartbeatScheduler
 
 With the reconcile due every few seconds, the beat ticks at least that often.
 """

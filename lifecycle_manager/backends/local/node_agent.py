@@ -1,6 +1,6 @@
 """The node agent: the local stand-in for a kubelet, owning the learner processes of a machine.
 
-    python -m lifecycle_manager.node_agent [--host ADDRESS] [--port 8471] --root DIR
+    python -m lifecycle_manager.backends.local.node_agent [--host ADDRESS] [--port 8471] --root DIR
         [--grace 30] [--keep-workdirs]
 
 Environment: `DLAAS_REDIS_URL` (where learner exits are reported: an `exit` event on
@@ -53,9 +53,9 @@ from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lifecycle_manager.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
-from lifecycle_manager.backends.local import AgentTokenError, agent_token
+from lifecycle_manager.backends.local.agent_learners import LearnerRecord, LearnerTable
+from lifecycle_manager.backends.local.client import AgentTokenError, agent_token
 from storage import streams
 from storage.settings import Settings
 
@@ -322,7 +322,7 @@ def traversable_work_root(root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     settings = Settings()
-    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.node_agent")
+    parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.backends.local.node_agent")
     parser.add_argument(
         "--host", default=settings.agent_bind, help="address to listen on (DLAAS_AGENT_BIND)"
     )

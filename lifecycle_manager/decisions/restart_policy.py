@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from lifecycle_manager.job_progress import OOM_EXIT_CODE, Action, Decision
+from lifecycle_manager.decisions.job_progress import OOM_EXIT_CODE, Action, Decision
 from storage.job_states import JobState
 
 

@@ -19,27 +19,35 @@ from sqlalchemy import ColumnElement, Exists, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from lifecycle_manager import job_users
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoCapacity
-from lifecycle_manager.capacity_wait import (
+from lifecycle_manager.decisions.job_progress import HALTED_BY_USER
+from lifecycle_manager.decisions.restart_policy import RestartScope
+from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue.capacity_wait import (
     CAPACITY_RETRY_S,
     requeue_for_capacity,
     waiting_for_capacity,
 )
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import ENDING, FINISHED, HALTED_BY_USER, LearnerState
-from lifecycle_manager.learner_reports import settle_job
-from lifecycle_manager.learner_restarts import (
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import settle_job
+from lifecycle_manager.glue.learner_restarts import (
     deploy_reason,
     learners_to_create,
     restart_scope,
     restarting_learners,
 )
-from lifecycle_manager.learner_specs import learner_specs
-from lifecycle_manager.restart_policy import RestartScope
+from lifecycle_manager.glue.learner_specs import learner_specs
 from storage import job_credentials, streams
 from storage import jobs as repo
-from storage.job_states import ACTIVE_STATES, FINAL_STATES, Desired, JobState
+from storage.job_states import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    LEARNER_ENDING,
+    LEARNER_FINISHED,
+    Desired,
+    JobState,
+    LearnerState,
+)
 from storage.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -232,7 +240,7 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
 
 async def _mark_stopping(session: AsyncSession, job: Job) -> None:
     for row in await repo.learners_of(session, job.id):
-        if LearnerState(row.state) not in ENDING:
+        if LearnerState(row.state) not in LEARNER_ENDING:
             await repo.set_learner_state(
                 session,
                 job.id,
@@ -255,7 +263,7 @@ async def _finish_halt(
     if job.attempt != attempt or job.desired != desired:
         return  # resumed (and deployed again) while the halt went on: that is its business
     for row in await repo.learners_of(session, job_id):
-        if LearnerState(row.state) not in FINISHED:
+        if LearnerState(row.state) not in LEARNER_FINISHED:
             await repo.set_learner_state(
                 session,
                 job_id,
@@ -278,7 +286,7 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
         if job.state == JobState.HALTED:
             return Outcome("already halted")
         rows = await repo.learners_of(session, job_id)
-        started = [r for r in rows if r.state not in (LearnerState.PENDING, *FINISHED)]
+        started = [r for r in rows if r.state not in (LearnerState.PENDING, *LEARNER_FINISHED)]
         attempt = job.attempt
         if job.state == JobState.QUEUED and not started:  # a learner restart may keep some
             await _finish_halt(session, job_id, HALTED_BY_USER, attempt, Desired.HALT)

@@ -40,7 +40,7 @@ from learner_image import program_identity
 from learner_image.ps import sidecar
 from learner_image.runner_config import PROGRAM_UID_ENV, RUNNER_DIR_ENV
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
-from lifecycle_manager.job_progress import describe_exit
+from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import exit_reports
 from storage.exit_reports import ExitReport
 

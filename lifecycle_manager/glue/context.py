@@ -1,4 +1,7 @@
-"""What the lifecycle manager's operations work with: database, cluster, Redis, objects."""
+"""What the lifecycle manager's operations work with: database, cluster, Redis, objects.
+
+A process opens one from its settings (`lifecycle_manager.entrypoints.wiring`); tests build
+one around what they started."""
 
 from __future__ import annotations
 
@@ -9,13 +12,9 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from lifecycle_manager.backends import open_backend
 from lifecycle_manager.backends.base import ClusterBackend
-from lifecycle_manager.recovery_dispatch import RecoveryDispatcher
-from storage import streams
-from storage.db import make_engine, make_sessionmaker
 from storage.models import utcnow
-from storage.object_store import ObjectStore, open_object_store
+from storage.object_store import ObjectStore
 from storage.settings import Settings
 
 
@@ -51,17 +50,3 @@ class Context:
         await self.backend.aclose()
         await self.redis.aclose()
         await self.engine.dispose()
-
-
-def open_context(settings: Settings, timings: Timings | None = None) -> Context:
-    engine = make_engine(settings.database_url, pool_size=2)
-    return Context(
-        settings=settings,
-        engine=engine,
-        sessions=make_sessionmaker(engine),
-        backend=open_backend(settings),
-        redis=streams.async_client(settings.redis_url),
-        objects=open_object_store(settings),
-        schedule_recovery=RecoveryDispatcher(settings.redis_url),
-        timings=timings or Timings(),
-    )

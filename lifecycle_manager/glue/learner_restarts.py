@@ -13,8 +13,12 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from lifecycle_manager.learner_reports import RESTART_EVENT
-from lifecycle_manager.restart_policy import RestartPolicy, RestartScope, learners_to_restart
+from lifecycle_manager.decisions.restart_policy import (
+    RestartPolicy,
+    RestartScope,
+    learners_to_restart,
+)
+from lifecycle_manager.glue.learner_reports import RESTART_EVENT
 from storage import jobs as repo
 from storage.job_states import JobState
 from storage.models import Job

@@ -30,13 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lifecycle_manager import operations
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import LearnerState
-from lifecycle_manager.learner_reports import apply_cluster_view, settle_job
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import apply_cluster_view, settle_job
 from storage import jobs as repo
-from storage.job_states import ACTIVE_STATES, STOPPED_STATES, Desired, JobState
+from storage.job_states import ACTIVE_STATES, STOPPED_STATES, Desired, JobState, LearnerState
 from storage.models import Job, utcnow
 
 log = logging.getLogger(__name__)

@@ -1,59 +1,22 @@
-"""Hung learners: running learners whose runner stopped sending heartbeats.
-
-A learner that hangs without exiting (stopped, deadlocked, its node frozen) is a failure
-too, found after the job's `restart_policy.heartbeat_timeout_s` of silence. The runner
-beats every 2 s; a learner that never beat is timed from its row's last change. No learner
-can be heard while Redis is down, so silence is counted at the earliest from when the
-monitor last failed to reach Redis (`listening_since`).
-"""
+"""Hung learners found and failed: the learner rows of running jobs and their heartbeats in
+Redis, judged by `decisions.hung_learners`, and every silent one failed (so restarted)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import (
-    BEATING,
-    LearnerState,
-)
-from lifecycle_manager.learner_reports import apply_silence
-from lifecycle_manager.restart_policy import RestartPolicy
+from lifecycle_manager.decisions.hung_learners import LearnerBeat, silent_learners
+from lifecycle_manager.decisions.restart_policy import RestartPolicy
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.learner_reports import apply_silence
 from storage import jobs as repo
 from storage import streams
-from storage.job_states import Desired, JobState
+from storage.job_states import Desired, JobState, LearnerState
 
 log = logging.getLogger(__name__)
 
 # A deploying job may have learners running: those a restart of one learner left alone.
 WATCHED_JOBS = (JobState.DEPLOYING, JobState.DOWNLOADING, JobState.RUNNING, JobState.STORING)
-
-
-@dataclass(frozen=True)
-class LearnerBeat:
-    index: int
-    state: LearnerState
-    changed_at: float  # unix time of the row's last change
-
-
-def silent_learners(
-    learners: Sequence[LearnerBeat],
-    beats: Mapping[int, float],
-    *,
-    now: float,
-    timeout_s: float,
-    listening_since: float = 0.0,
-) -> dict[int, float]:
-    """Learners silent longer than `timeout_s`, with how long each has been silent."""
-    silent = {}
-    for learner in learners:
-        if learner.state not in BEATING:
-            continue
-        last = max(beats.get(learner.index, 0.0), learner.changed_at, listening_since)
-        if now - last > timeout_s:
-            silent[learner.index] = now - last
-    return silent
 
 
 async def check_heartbeats(ctx: Context, listening_since: float = 0.0) -> list[str]:

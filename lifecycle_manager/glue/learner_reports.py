@@ -29,17 +29,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from lifecycle_manager.backends.base import OOM_KILLED_FIELD, BackendUnavailable, LearnerStatus
-from lifecycle_manager.context import Context
-from lifecycle_manager.job_progress import (
-    BEATING,
-    ENDING,
-    FINISHED,
+from lifecycle_manager.decisions.job_progress import (
     Action,
     ClusterLearner,
     Decision,
-    Desired,
     JobView,
-    LearnerState,
     LearnerView,
     Observation,
     decide,
@@ -47,7 +41,7 @@ from lifecycle_manager.job_progress import (
     learner_after_status,
     observe_cluster,
 )
-from lifecycle_manager.restart_policy import (
+from lifecycle_manager.decisions.restart_policy import (
     Cause,
     Failure,
     RestartPolicy,
@@ -55,9 +49,19 @@ from lifecycle_manager.restart_policy import (
     classify,
     with_restart_policy,
 )
+from lifecycle_manager.glue.context import Context
 from storage import job_credentials, streams, usage
 from storage import jobs as repo
-from storage.job_states import FINAL_STATES, JobState, is_final
+from storage.job_states import (
+    FINAL_STATES,
+    LEARNER_BEATING,
+    LEARNER_ENDING,
+    LEARNER_FINISHED,
+    Desired,
+    JobState,
+    LearnerState,
+    is_final,
+)
 from storage.models import Job, Learner
 
 log = logging.getLogger(__name__)
@@ -151,7 +155,7 @@ async def _record(
             cause=update.cause,
             last_line=update.last_line,
         )
-    if changed and update.state in ENDING and update.state is not LearnerState.STOPPING:
+    if changed and update.state in LEARNER_ENDING and update.state is not LearnerState.STOPPING:
         await repo.add_event(
             session,
             job.id,
@@ -180,7 +184,7 @@ def _after_exit(
     and the restart policy resumes the job without counting a restart.
     """
     previous = LearnerState(row.state)
-    if previous in ENDING - {LearnerState.STOPPING}:
+    if previous in LEARNER_ENDING - {LearnerState.STOPPING}:
         return None
     # A job that already finished, or is restarting its gang, stops its remaining learners:
     # their exits are no failures. A job restarting one learner (scope `learner`) leaves the
@@ -293,7 +297,7 @@ async def settle(session: AsyncSession, locked: JobRows) -> list[Decision]:
     for _ in range(MAX_SETTLE_ROUNDS):
         job = locked.job
         views = locked.views()
-        learners_done = all(view.state in FINISHED for view in views)
+        learners_done = all(view.state in LEARNER_FINISHED for view in views)
         decision = decide(job_view(job, views))
         if decision.target is None:
             if job.state == JobState.FAILED and learners_done:
@@ -598,7 +602,7 @@ async def apply_silence(
             row = locked.rows.get(index)
             if row is None or row.attempt != attempts.get(index):
                 continue
-            if LearnerState(row.state) not in BEATING:
+            if LearnerState(row.state) not in LEARNER_BEATING:
                 continue
             reason = f"no heartbeat for {silence:.0f} s: the learner hung"
             update = LearnerView(

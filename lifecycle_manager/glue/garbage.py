@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 
-from lifecycle_manager.context import Context
+from lifecycle_manager.glue.context import Context
 from storage import idempotency, pending_archives, streams
 from storage.job_states import FINAL_STATES, JobState
 from storage.models import Job, JobEvent

@@ -3,20 +3,7 @@
 The monitor (learner events), the reconcile (what the cluster shows) and the tests call the
 same functions; none of them touches the database, the cluster or a clock.
 
-Learner rows move like this (one row per learner, reset whenever that learner is created
-again: for every attempt of a gang, or alone when a `restart_policy.scope: learner` job
-restarts just that learner; a row's `attempt` is the attempt its learner was created in):
-
-```
- PENDING --> DOWNLOADING --> RUNNING --> STORING --(exit 0)--> SUCCEEDED
-    |             |             |           |
-    +-------------+---(exit != 0, vanished)-+------------------> FAILED
-    +-------------+---(halt: being stopped)-+--> STOPPING --(exit)--> STOPPED
-```
-
-A learner that exits after the lifecycle manager stopped it (halt, delete) is STOPPED, never
-FAILED. STOPPING rows mark an attempt being halted: if the user resumes before the halt is
-through, the resume finishes the halt first and then deploys a new attempt.
+Learner states and their diagram are in `storage.job_states`.
 
 The job follows its learners: it is DOWNLOADING as soon as one learner fetches, RUNNING when
 every learner runs, STORING when every learner stores, COMPLETED when every learner exited 0,
@@ -31,27 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from storage.job_states import Desired, JobState
-
-
-class LearnerState(StrEnum):
-    PENDING = "PENDING"
-    DOWNLOADING = "DOWNLOADING"
-    RUNNING = "RUNNING"
-    STORING = "STORING"
-    DONE = "DONE"  # the runner said it finished; its exit is still to come
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPING = "STOPPING"  # being stopped by the lifecycle manager (halt)
-    STOPPED = "STOPPED"  # stopped by the lifecycle manager (halt, delete)
-
-
-FINISHED = frozenset({LearnerState.SUCCEEDED, LearnerState.FAILED, LearnerState.STOPPED})
-ENDING = FINISHED | {LearnerState.STOPPING}
-# Learners whose runner sends heartbeats: silent too long, they hung.
-BEATING = frozenset({LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING})
-REPORTED_STATES = frozenset(
-    {LearnerState.DOWNLOADING, LearnerState.RUNNING, LearnerState.STORING, LearnerState.DONE}
+from storage.job_states import (
+    LEARNER_ENDING,
+    LEARNER_FINISHED,
+    LEARNER_REPORTED,
+    Desired,
+    JobState,
+    LearnerState,
 )
 
 _PROGRESS_RANK = {
@@ -151,7 +124,7 @@ def learner_after_exit(
 
 def learner_after_status(previous: LearnerState, reported: LearnerState) -> LearnerState | None:
     """The new learner state for a status report, or None to ignore it (stale, or final)."""
-    if previous in ENDING or reported not in REPORTED_STATES:
+    if previous in LEARNER_ENDING or reported not in LEARNER_REPORTED:
         return None
     if _PROGRESS_RANK[reported] <= _PROGRESS_RANK[previous]:
         return None
@@ -172,7 +145,7 @@ def decide(job: JobView) -> Decision:
         return NO_CHANGE
     learners = job.learners
     if job.desired is Desired.HALT:
-        if all(learner.state in FINISHED for learner in learners):
+        if all(learner.state in LEARNER_FINISHED for learner in learners):
             # Learners that ended before the halt stopped them leave the job's other
             # objects (its Secret, its Service) for this step to remove.
             return Decision(JobState.HALTED, HALTED_BY_USER, (Action.STOP_LEARNERS,))
@@ -262,7 +235,7 @@ def observe_cluster(
     vanished: list[int] = []
     not_created: list[int] = []
     for row in job.learners:
-        if row.state in ENDING:
+        if row.state in LEARNER_ENDING:
             continue
         seen = present.get(row.index)
         if seen is not None:

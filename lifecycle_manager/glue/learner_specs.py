@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lifecycle_manager.backends.base import LearnerSpec, Resources
-from lifecycle_manager.restart_policy import RestartPolicy
+from lifecycle_manager.decisions.restart_policy import RestartPolicy
 from storage import job_redis_users, training_data
 from storage.metric_regexes import metric_regexes
 from storage.settings import Settings

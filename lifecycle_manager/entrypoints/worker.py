@@ -1,6 +1,6 @@
 """Start a lifecycle-manager worker with the reconcile schedule embedded (`-B`).
 
-    python -m lifecycle_manager.worker [--no-beat] [extra celery worker options...]
+    python -m lifecycle_manager.entrypoints.worker [--no-beat] [extra celery worker options...]
 
 One process, one task at a time (`--pool=solo`): tasks share one event loop and database
 engine. Run more workers for more throughput; each may embed the beat, since the reconcile
@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from lifecycle_manager.celery_app import app
+from lifecycle_manager.entrypoints.celery_app import app
 from storage.migrate import upgrade
 from storage.settings import Settings
 
