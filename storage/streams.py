@@ -339,13 +339,17 @@ def _heartbeat_kwargs(job_id: str, learner: int, time: float | None) -> dict[str
     return {"name": heartbeats_key(job_id), "key": str(learner), "value": repr(_now(time))}
 
 
-def _stream_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | None]]:
-    """Entries of an XREAD/XREADGROUP answer (RESP2 list or RESP3 map) for one stream."""
+def streams_of(answer: Any) -> list[tuple[Any, list[Any]]]:
+    """(key, entries) of each stream in an XREAD/XREADGROUP answer (RESP2 list or RESP3 map)."""
     if not answer:
         return []
-    streams = answer.items() if isinstance(answer, Mapping) else answer
+    return list(answer.items() if isinstance(answer, Mapping) else answer)
+
+
+def _stream_entries(answer: Any) -> list[tuple[StreamId, Mapping[Any, Any] | None]]:
+    """Entries of an XREAD/XREADGROUP answer for one stream."""
     entries: list[tuple[StreamId, Mapping[Any, Any] | None]] = []
-    for _key, items in streams:
+    for _key, items in streams_of(answer):
         entries.extend((as_text(entry_id), fields) for entry_id, fields in items)
     return entries
 

@@ -119,7 +119,7 @@ class EventRelay:
         answer = await self.redis.xread(wanted, count=1, block=block_ms)
         by_key = {streams.events_key(job): job for job in jobs}
         woken = []
-        for key, entries in _streams_of(answer):
+        for key, entries in streams.streams_of(answer):
             name = streams.as_text(key)
             if name == streams.RELAY_WAKE and entries:
                 self._wake_after = streams.as_text(entries[-1][0])
@@ -188,10 +188,3 @@ class EventRelay:
         pipe.zrem(streams.RELAYED_JOBS, *jobs)
         pipe.hdel(streams.RELAY_CURSORS, *jobs)
         await pipe.execute()
-
-
-def _streams_of(answer: Any) -> list[tuple[Any, list[Any]]]:
-    """(key, entries) of an XREAD answer (RESP2 list or RESP3 map)."""
-    if not answer:
-        return []
-    return list(answer.items() if isinstance(answer, dict) else answer)
