@@ -121,12 +121,11 @@ def job_position(cursor: str) -> JobPosition:
 
 
 def event_cursor(event_id: int) -> str:
-    return encode_cursor("events", event_id)
+    return id_cursor("events", event_id)
 
 
 def event_position(cursor: str) -> int:
-    [event_id] = decode_cursor("events", cursor, int)
-    return int(event_id)
+    return id_position("events", cursor)
 
 
 def listing_cursor(continuation: str) -> str:
@@ -159,3 +158,23 @@ def metric_position(cursor: str) -> MetricPosition:
     if min(learner - 1, offset, before, served - before) < 0:
         raise bad_cursor()
     return MetricPosition(learner, offset, before, served)
+
+
+def name_cursor(kind: str, name: str) -> str:
+    """Where a page of a list by name (teams, members, users) ended."""
+    return encode_cursor(kind, name)
+
+
+def name_position(kind: str, cursor: str) -> str:
+    [name] = decode_cursor(kind, cursor, str)
+    return str(name)
+
+
+def id_cursor(kind: str, row_id: int) -> str:
+    """Where a page of a list by id (tokens) ended."""
+    return encode_cursor(kind, row_id)
+
+
+def id_position(kind: str, cursor: str) -> int:
+    [row_id] = decode_cursor(kind, cursor, int)
+    return int(row_id)
