@@ -50,6 +50,9 @@ from storage.settings import Settings
 
 log = logging.getLogger("dlaas.api")
 
+# Every module of routes the API serves
+ROUTE_MODULES = (jobs, logs, results, data, usage, users, teams, tokens, system, job_objects)
+
 JSON_BODY_LIMIT = BodyLimit(
     1024**2, "body", "JSON requests are small; send only the fields the route takes"
 )
@@ -235,8 +238,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    modules = (jobs, logs, results, data, usage, users, teams, tokens, system, job_objects)
-    routers = [module.router for module in modules]
+    routers = [module.router for module in ROUTE_MODULES]
     # the routes as their routers declare them, prefixes included
     routes = [route for router in routers for route in router.routes]
     _install_error_handlers(app, routes)

@@ -45,7 +45,7 @@ async def choose_team(session: AsyncSession, user: Principal, asked: str | None)
             "you may submit jobs to no team: a team admin can make you a member of theirs",
             field=FIELD,
         )
-    names = ", ".join(team.team for team in writable)
+    names = ", ".join(sorted(team.team for team in writable))
     raise Invalid(
         f"you may submit to several teams ({names}): name one with `dlaas train --team TEAM` "
         "(the form field team)",
