@@ -109,4 +109,6 @@ async def note_use(session: AsyncSession, token_id: int, now: datetime) -> None:
             ),
         )
         .values(last_used_at=now)
+        # nothing loaded needs it: and SQLite's zoneless times would not compare with `now`
+        .execution_options(synchronize_session=False)
     )

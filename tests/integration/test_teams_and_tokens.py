@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 
 import httpx
+from sqlalchemy import select, update
 
-from api.auth import CACHE_TTL_S
+from api.auth import CACHE_TTL_S, TokenCache
+from storage.api_tokens import LAST_USED_RESOLUTION
+from storage.models import ApiToken, User, utcnow
 from tests.integration.api_harness import Harness, submit
 
 
@@ -157,3 +161,26 @@ async def test_a_platform_admin_revokes_anyones_token_and_only_they_do(api: Harn
     assert by_id.status_code == 200 and by_id.json()["name"] == "default"
     assert (await _refused_within(alice.client, 1.0)).status_code == 401
     assert CACHE_TTL_S <= 1.0
+
+
+async def test_a_tokens_last_use_is_written_again_once_it_is_a_minute_old(api: Harness) -> None:
+    alice = await api.add_user("alice")
+    assert (await alice.client.get("/v2/users/me")).status_code == 200
+    state = api.app.state.dlaas
+    long_ago = utcnow() - LAST_USED_RESOLUTION - timedelta(seconds=5)
+    async with state.sessions() as session:
+        await session.execute(
+            update(ApiToken)
+            .where(
+                ApiToken.user_id == select(User.id).where(User.name == alice.name).scalar_subquery()
+            )
+            .values(last_used_at=long_ago)
+        )
+        await session.commit()
+    state.tokens = TokenCache()  # the next request looks the token up again
+    assert (await alice.client.get("/v2/users/me")).status_code == 200
+    [token] = (await alice.client.get("/v2/tokens")).json()["tokens"]
+    last_used = datetime.fromisoformat(token["last_used_at"])
+    if last_used.tzinfo is None:
+        last_used = last_used.replace(tzinfo=UTC)
+    assert last_used > long_ago + timedelta(seconds=4)
