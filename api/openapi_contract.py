@@ -150,8 +150,9 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
     ErrorStatus(
         404,
         "No such job or team among the caller's teams' (or the job was deleted), no such "
-        "learner, result, member or token, or a path parameter that no route takes.",
-        takes_path_parameters,
+        "learner, result, member, user or token, or a path parameter that no route takes; on "
+        "a submission, no such team (`field`: team) among the caller's.",
+        any_of(takes_path_parameters, operations("POST /v2/jobs")),
     ),
     ErrorStatus(
         409,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Request
 
 from api.errors import Invalid
 from storage.job_listing import JobPosition
@@ -54,7 +54,13 @@ class PageRequest:
     cursor: str | None
 
 
-def page_request(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> PageRequest:
+def page_request(
+    request: Request, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> PageRequest:
+    # A repeated parameter would otherwise count by its last value alone.
+    for name in ("limit", "cursor"):
+        if len(request.query_params.getlist(name)) > 1:
+            raise Invalid(f"give {name} once: it was given several times", field=name)
     return PageRequest(limit, cursor)
 
 

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from storage.models import ApiToken, Job, JobEvent
 
@@ -214,11 +214,18 @@ class MemberList(BaseModel):
 MAX_TOKEN_LIFETIME_S = 5 * 366 * 24 * 3600
 
 
+def _whole_number(value: object) -> object:
+    """JSON's 30.0 is the integer 30 (JSON Schema says so); 30.5 and "30" stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class TokenCreate(BaseModel):
     model_config = ConfigDict(strict=True)
 
     name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
-    expires_in: int | None = Field(
+    expires_in: Annotated[int | None, BeforeValidator(_whole_number)] = Field(
         None,
         ge=1,
         le=MAX_TOKEN_LIFETIME_S,

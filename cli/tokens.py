@@ -49,9 +49,15 @@ def default_token_name(now: datetime | None = None) -> str:
     return "token-" + (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
 
 
-def save_token(path: Path, token: str) -> None:
-    """Write `token` to `path`, created 0600, replacing what was there."""
-    write_private(path.expanduser(), token + "\n")
+def hand_out_token(inv: Invocation, made: dict[str, Any], out: Path | None) -> None:
+    """An answer holding a new token: written to `out` (created 0600) when asked, and
+    printed, all of it as JSON, else the token alone on stdout."""
+    if out is not None:
+        write_private(out.expanduser(), f"{made['token']}\n")
+    if inv.json:
+        print_json(made)
+    else:
+        print_plain(str(made["token"]))
 
 
 @dlaas_command
@@ -75,12 +81,9 @@ def create(
     """Create a token and print it: it is shown this once, never again."""
     seconds = parse_duration(expires_in) if expires_in is not None else None
     made = inv.client().create_token(name or default_token_name(), seconds)
-    if out is not None:
-        save_token(out, str(made["token"]))
+    hand_out_token(inv, made, out)
     if inv.json:
-        print_json(made)
         return
-    print_plain(str(made["token"]))
     expiry = f", expires {format_time(made['expires_at'])}" if made.get("expires_at") else ""
     note(f"token {made['name']} (id {made['id']}{expiry}): copy it now, it is not shown again")
 

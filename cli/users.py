@@ -8,7 +8,7 @@ import typer
 
 from cli.context import Invocation, dlaas_command
 from cli.output import format_time, note, print_json, print_plain, print_table
-from cli.tokens import OutOption, save_token
+from cli.tokens import OutOption, hand_out_token
 
 user_app = typer.Typer(help="Users, and who you are.", no_args_is_help=True)
 
@@ -22,12 +22,9 @@ def create(
 ) -> None:
     """Create a user, with a team of their own named after them; prints their token once."""
     made = inv.client().create_user(name, admin=admin)
-    if out is not None:
-        save_token(out, str(made["token"]))
+    hand_out_token(inv, made, out)
     if inv.json:
-        print_json(made)
         return
-    print_plain(str(made["token"]))
     note(
         f"user {made['name']} and their team {made['team']} created; hand them the token "
         "above (it is not shown again)"

@@ -21,6 +21,7 @@ TOKEN_PREFIX = "dlaas_"
 # The token each user is made with (and the one a user had before tokens had names).
 DEFAULT_TOKEN_NAME = "default"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+MAX_ID = 2**31 - 1  # the id column's range on PostgreSQL
 
 
 def hash_token(token: str) -> str:
@@ -85,6 +86,8 @@ async def live_token(session: AsyncSession, user_id: int, name_or_id: str) -> Ap
     letter, so all digits is an id)."""
     query = select(ApiToken).where(ApiToken.user_id == user_id, ApiToken.revoked_at.is_(None))
     if name_or_id.isdigit():
+        if int(name_or_id) > MAX_ID:
+            return None
         query = query.where(ApiToken.id == int(name_or_id))
     else:
         query = query.where(ApiToken.name == name_or_id)

@@ -19,7 +19,7 @@ router = APIRouter(tags=["tokens"])
 TokenRef = Annotated[
     str,
     Path(
-        pattern=rf"^(?:{NAME.pattern[1:-1]}|[0-9]{{1,18}})$",
+        pattern=rf"^(?:{NAME.pattern[1:-1]}|[0-9]{{1,10}})$",
         description="a token's name, or its id",
     ),
 ]

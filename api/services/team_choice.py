@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import Principal
-from api.errors import Forbidden, Invalid
+from api.errors import Forbidden, Invalid, NotFound
 from api.permissions import PERMISSIONS, Decision, Scope, caller_level, decide, refusal
 from storage.teams import team_by_name
 
@@ -60,7 +60,7 @@ async def _named_team(session: AsyncSession, user: Principal, name: str) -> Chos
         None if team is None else caller_level(user.is_admin, user.role_in(team.id), SUBMIT.scope)
     )
     if team is None or level is None:
-        raise Invalid(
+        raise NotFound(
             f"no team {name!r} among your teams; `dlaas team list` shows them",
             code="unknown_team",
             field=FIELD,

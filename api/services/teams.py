@@ -71,7 +71,7 @@ async def add_member(session: AsyncSession, team: Team, name: str, role: Role) -
     check_name(name, "user")
     user = await user_by_name(session, name)
     if user is None:
-        raise Invalid(
+        raise NotFound(
             f"no user {name!r}: `dlaas user list` shows them", code="unknown_user", field="user"
         )
     if await repo.membership(session, team.id, user.id) is not None:

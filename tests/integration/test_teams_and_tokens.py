@@ -57,7 +57,7 @@ async def test_a_platform_admin_lists_every_teams_jobs(api: Harness) -> None:
 async def test_a_submission_names_a_team_it_may_submit_to(api: Harness) -> None:
     alice = await api.add_user("alice")
     unknown = await submit(alice.client, team="no-such-team")
-    assert unknown.status_code == 422
+    assert unknown.status_code == 404
     assert unknown.json()["field"] == "team" and unknown.json()["error"] == "unknown_team"
     bad = await submit(alice.client, team="Not A Name")
     assert bad.status_code == 422 and bad.json()["field"] == "team"
@@ -71,7 +71,7 @@ async def test_membership_rules(api: Harness) -> None:
     again = await lead.client.post(members, json={"user": joiner.name})
     assert again.status_code == 409 and again.json()["field"] == "user"
     nobody = await lead.client.post(members, json={"user": "nobody-here"})
-    assert nobody.status_code == 422 and nobody.json()["field"] == "user"
+    assert nobody.status_code == 404 and nobody.json()["field"] == "user"
     bad_role = await lead.client.patch(f"{members}/{joiner.name}", json={"role": "owner"})
     assert bad_role.status_code == 422 and bad_role.json()["field"] == "role"
     last = await lead.client.patch(f"{members}/{lead.name}", json={"role": "member"})
@@ -104,6 +104,8 @@ async def test_teams_and_users_are_paged_by_cursor(api: Harness) -> None:
     assert len(seen) == 4 and seen == sorted(seen) and lead.name in seen
     users = (await api.admin.get("/v2/users", params={"limit": 1})).json()
     assert len(users["users"]) == 1 and users["next"]
+    twice = await lead.client.get("/v2/teams", params=[("limit", "1"), ("limit", "5")])
+    assert twice.status_code == 422 and twice.json()["field"] == "limit"
 
 
 async def _refused_within(client: httpx.AsyncClient, seconds: float) -> httpx.Response:
@@ -150,6 +152,13 @@ async def test_an_expired_token_is_refused_saying_so(api: Harness) -> None:
     assert "dlaas token create" in refused.json()["detail"]
     bad = await alice.client.post("/v2/tokens", json={"name": "x", "expires_in": 0})
     assert bad.status_code == 422 and bad.json()["field"] == "expires_in"
+    for refused in (1.5, "60"):
+        answer = await alice.client.post("/v2/tokens", json={"name": "y", "expires_in": refused})
+        assert answer.status_code == 422 and answer.json()["field"] == "expires_in"
+    whole = await alice.client.post("/v2/tokens", json={"name": "z", "expires_in": 60.0})
+    assert whole.status_code == 201
+    far = await alice.client.delete("/v2/tokens/9999999999")
+    assert far.status_code == 404 and far.json()["field"] == "token"
 
 
 async def test_a_platform_admin_revokes_anyones_token_and_only_they_do(api: Harness) -> None:

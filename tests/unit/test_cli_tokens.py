@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from api.schemas import NAME
+from cli.context import Invocation
 from cli.errors import CliError
-from cli.tokens import default_token_name, parse_duration, save_token
+from cli.tokens import default_token_name, hand_out_token, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -35,12 +36,15 @@ def test_the_default_name_is_a_valid_name() -> None:
     assert name == "token-20261126-120005" and NAME.fullmatch(name)
 
 
-def test_a_token_file_is_created_for_its_owner_alone(tmp_path: Path) -> None:
+def test_a_token_file_is_created_for_its_owner_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "ci.token"
     old = os.umask(0o022)
     try:
-        save_token(target, "dlaas_secret")
+        hand_out_token(Invocation(), {"token": "dlaas_secret", "name": "ci"}, target)
     finally:
         os.umask(old)
+    assert capsys.readouterr().out == "dlaas_secret\n"
     assert target.read_text() == "dlaas_secret\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
