@@ -86,10 +86,10 @@ PERMISSIONS: dict[str, Rule] = {
     "GET /v2/users": Rule(_P, _ADMIN, "list users"),
     "GET /v2/users/me": Rule(_P, _ANY, "see who they are"),
     "GET /v2/users/{user}/tokens": Rule(_P, _ADMIN, "list another user's tokens"),
-    "DELETE /v2/users/{user}/tokens/{token}": Rule(_P, _ADMIN, "revoke another user's tokens"),
+    "DELETE /v2/users/{user}/tokens/{name_or_id}": Rule(_P, _ADMIN, "revoke another user's tokens"),
     "POST /v2/tokens": Rule(_P, _ANY, "create their own tokens"),
     "GET /v2/tokens": Rule(_P, _ANY, "list their own tokens"),
-    "DELETE /v2/tokens/{token}": Rule(_P, _ANY, "revoke their own tokens"),
+    "DELETE /v2/tokens/{name_or_id}": Rule(_P, _ANY, "revoke their own tokens"),
     # the caller's own data, and the platform
     "PUT /v2/data/{container}/{path}": Rule(_P, _ANY, "upload their own data"),
     "GET /v2/data/{container}": Rule(_P, _ANY, "list their own data"),

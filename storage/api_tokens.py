@@ -8,6 +8,7 @@ update, so that authenticating a request is a read and not a write.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -85,7 +86,7 @@ async def live_token(session: AsyncSession, user_id: int, name_or_id: str) -> Ap
     """The user's token not revoked that has this name, or this id (names start with a
     letter, so all digits is an id)."""
     query = select(ApiToken).where(ApiToken.user_id == user_id, ApiToken.revoked_at.is_(None))
-    if name_or_id.isdigit():
+    if re.fullmatch(r"[0-9]{1,10}", name_or_id):
         if int(name_or_id) > MAX_ID:
             return None
         query = query.where(ApiToken.id == int(name_or_id))

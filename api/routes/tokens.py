@@ -16,6 +16,7 @@ from api.services import tokens as service
 
 router = APIRouter(tags=["tokens"])
 
+# Not `{token}`: a client linking a new token's answer to this path would send the secret.
 TokenRef = Annotated[
     str,
     Path(
@@ -38,10 +39,10 @@ async def list_tokens(session: SessionDep, user: Allowed, page: PageQuery) -> To
     return await service.list_tokens(session, user.id, page)
 
 
-@router.delete("/v2/tokens/{token}", response_model=Revoked)
-async def revoke_token(token: TokenRef, session: SessionDep, user: Allowed) -> Revoked:
+@router.delete("/v2/tokens/{name_or_id}", response_model=Revoked)
+async def revoke_token(name_or_id: TokenRef, session: SessionDep, user: Allowed) -> Revoked:
     """Revoke one of your tokens, by name or id."""
-    return await service.revoke_token(session, user.id, token)
+    return await service.revoke_token(session, user.id, name_or_id)
 
 
 @router.get("/v2/users/{user}/tokens", response_model=TokenList)
@@ -52,9 +53,9 @@ async def list_user_tokens(
     return await service.list_tokens(session, holder.id, page)
 
 
-@router.delete("/v2/users/{user}/tokens/{token}", response_model=Revoked)
+@router.delete("/v2/users/{user}/tokens/{name_or_id}", response_model=Revoked)
 async def revoke_user_token(
-    user: UserName, token: TokenRef, session: SessionDep, admin: Allowed
+    user: UserName, name_or_id: TokenRef, session: SessionDep, admin: Allowed
 ) -> Revoked:
     holder = await service.user_named(session, user)
-    return await service.revoke_token(session, holder.id, token)
+    return await service.revoke_token(session, holder.id, name_or_id)

@@ -53,7 +53,7 @@ async def revoke_token(session: AsyncSession, user_id: int, name_or_id: str) -> 
         raise NotFound(
             f"no token {name_or_id!r} that is not revoked already; `dlaas token list` shows "
             "them by name and id",
-            field="token",
+            field="name_or_id",
         )
     await repo.revoke(session, token)
     await session.commit()

@@ -149,10 +149,10 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
         lambda w, c: c.get(f"/v2/users/{w.owner.name}/tokens"),
         200,
     ),
-    "DELETE /v2/users/{user}/tokens/{token}": (_revoke_anothers, 200),
+    "DELETE /v2/users/{user}/tokens/{name_or_id}": (_revoke_anothers, 200),
     "POST /v2/tokens": (lambda w, c: c.post("/v2/tokens", json={"name": _unique("t")}), 201),
     "GET /v2/tokens": (lambda w, c: c.get("/v2/tokens"), 200),
-    "DELETE /v2/tokens/{token}": (_revoke_own, 200),
+    "DELETE /v2/tokens/{name_or_id}": (_revoke_own, 200),
     "PUT /v2/data/{container}/{path}": (
         lambda w, c: c.put("/v2/data/box/a.txt", content=b"a"),
         201,

@@ -158,7 +158,7 @@ async def test_an_expired_token_is_refused_saying_so(api: Harness) -> None:
     whole = await alice.client.post("/v2/tokens", json={"name": "z", "expires_in": 60.0})
     assert whole.status_code == 201
     far = await alice.client.delete("/v2/tokens/9999999999")
-    assert far.status_code == 404 and far.json()["field"] == "token"
+    assert far.status_code == 404 and far.json()["field"] == "name_or_id"
 
 
 async def test_a_platform_admin_revokes_anyones_token_and_only_they_do(api: Harness) -> None:
