@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import uvicorn
 
@@ -11,7 +12,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m api", description="Serve the dlaas API.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8470)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("DLAAS_API_WORKERS") or 1),
+        help="worker processes (default: DLAAS_API_WORKERS, else 1)",
+    )
     parser.add_argument("--access-log", action="store_true")
     args = parser.parse_args()
     uvicorn.run(

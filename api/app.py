@@ -11,6 +11,8 @@ from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
@@ -25,10 +27,21 @@ from api.nudge import Nudger
 from api.nul_guard import NulGuardMiddleware
 from api.openapi_contract import install_contract
 from api.rate_limit import RateLimitMiddleware
-from api.routes import data, job_objects, jobs, logs, results, system, usage, users
+from api.routes import (
+    data,
+    job_objects,
+    jobs,
+    logs,
+    results,
+    system,
+    teams,
+    tokens,
+    usage,
+    users,
+)
 from api.state import ApiState
 from api.unavailable import unavailable_dependency
-from storage import streams
+from storage import api_tokens, streams
 from storage import users as user_repo
 from storage.db import make_engine, make_sessionmaker
 from storage.migrate import upgrade
@@ -36,6 +49,9 @@ from storage.object_store import open_object_store
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.api")
+
+# Every module of routes the API serves
+ROUTE_MODULES = (jobs, logs, results, data, usage, users, teams, tokens, system, job_objects)
 
 JSON_BODY_LIMIT = BodyLimit(
     1024**2, "body", "JSON requests are small; send only the fields the route takes"
@@ -45,17 +61,37 @@ SUBMIT_FORM_OVERHEAD = 64 * 1024
 
 
 async def _ensure_admin(state: ApiState) -> None:
+    """The user "admin" holds `DLAAS_ADMIN_TOKEN` as their default token. API workers that
+    start together race to make it; the loser finds the winner's."""
     token = state.settings.admin_token
     if not token:
         return
-    async with state.sessions() as session:
-        if await user_repo.user_by_token(session, token) is not None:
-            return
-        admin = await user_repo.user_by_name(session, "admin")
-        if admin is None:
-            admin, _ = await user_repo.create_user(session, "admin", is_admin=True)
-        admin.token_hash = user_repo.hash_token(token)
-        await session.commit()
+    for _attempt in range(2):
+        async with state.sessions() as session:
+            held = await api_tokens.holder_of(session, token)
+            if held is not None:
+                if held[0].revoked_at is not None:
+                    log.warning("DLAAS_ADMIN_TOKEN was revoked: set another one")
+                return
+            try:
+                await _admin_holds(session, token)
+                await session.commit()
+                return
+            except IntegrityError:
+                await session.rollback()
+
+
+async def _admin_holds(session: AsyncSession, token: str) -> None:
+    """Make `token` the admin's default token, the admin too if there is none yet; a
+    default token the admin had before (an older DLAAS_ADMIN_TOKEN) is revoked."""
+    admin = await user_repo.user_by_name(session, "admin")
+    if admin is None:
+        await user_repo.create_user(session, "admin", is_admin=True, token=token)
+        return
+    old = await api_tokens.live_token(session, admin.id, api_tokens.DEFAULT_TOKEN_NAME)
+    if old is not None:
+        await api_tokens.revoke(session, old)
+    await api_tokens.create_token(session, admin.id, api_tokens.DEFAULT_TOKEN_NAME, token=token)
 
 
 # What each refusal of Starlette's or FastAPI's own is about
@@ -202,8 +238,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    modules = (jobs, logs, results, data, usage, users, system, job_objects)
-    routers = [module.router for module in modules]
+    routers = [module.router for module in ROUTE_MODULES]
     # the routes as their routers declare them, prefixes included
     routes = [route for router in routers for route in router.routes]
     _install_error_handlers(app, routes)

@@ -5,7 +5,8 @@ FastAPI documents a 422 of its own shape (HTTPValidationError) and none of the s
 dependencies, middleware and services give. `install_contract` rewrites its document from one
 table, ERROR_STATUSES. Most of its rules read a route's own declaration (its dependencies,
 parameters and body), so a new route is described by what it declares; the refusals a
-service makes for a few operations only (403, 409, 411) name those operations.
+service makes for a few operations only (409, 411) name those operations, and the 403 of a
+role too weak is read from the permission table (`api.permissions`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from api.deps import get_principal
+from api.permissions import PERMISSIONS, Level, Scope
 from api.routes.job_objects import job_credential
 
 ERROR_SCHEMA: dict[str, Any] = {
@@ -98,6 +100,25 @@ def operations(*names: str) -> Rule:
     return lambda route: any(f"{m} {route.path_format}" in names for m in route.methods or ())
 
 
+def role_refusable(route: APIRoute) -> bool:
+    """The route's rule (`api.permissions`) takes more than any caller who reaches the
+    team or job at all holds: a weaker one is refused (403)."""
+    return any(
+        rule.least > _LEAST_TO_REACH[rule.scope]
+        for method in route.methods or ()
+        if (rule := PERMISSIONS.get(f"{method} {route.path_format}")) is not None
+    )
+
+
+# What a caller holds once the scope's team or job is theirs to see at all
+_LEAST_TO_REACH = {
+    Scope.PLATFORM: Level.SIGNED_IN,
+    Scope.TEAM: Level.VIEWER,
+    Scope.JOB: Level.VIEWER,
+    Scope.CHOSEN_TEAM: Level.VIEWER,
+}
+
+
 def rate_limited(route: APIRoute) -> bool:
     return route.path_format not in ("/healthz", "/metrics")
 
@@ -121,21 +142,29 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
     ),
     ErrorStatus(
         403,
-        "Only an admin may do this; on /v2/job-objects, the key or prefix is out of the "
-        "job token's reach (`field` names it).",
-        any_of(operations("POST /v2/users"), job_gateway),
+        "The caller's role is too weak for this (api.permissions: e.g. a viewer halting a "
+        "job, or anyone but a platform admin creating users); on /v2/job-objects, the key or "
+        "prefix is out of the job token's reach (`field` names it).",
+        any_of(role_refusable, job_gateway),
     ),
     ErrorStatus(
         404,
-        "No such job among the caller's jobs (or it was deleted), no such learner or result "
-        "of it, or a path parameter that no route takes.",
-        takes_path_parameters,
+        "No such job or team among the caller's teams' (or the job was deleted), no such "
+        "learner, result, member, user or token, or a path parameter that no route takes; on "
+        "a submission, no such team (`field`: team) among the caller's.",
+        any_of(takes_path_parameters, operations("POST /v2/jobs")),
     ),
     ErrorStatus(
         409,
-        "The job's state, or an existing user of that name, does not allow this; or a "
-        "request with the same Idempotency-Key is still running (retry after Retry-After).",
-        lambda route: "POST" in (route.methods or ()),
+        "The job's state, an existing user, team, member or token of that name, or the "
+        "team's last team admin does not allow this; or a request with the same "
+        "Idempotency-Key is still running (retry after Retry-After).",
+        any_of(
+            lambda route: "POST" in (route.methods or ()),
+            operations(
+                "PATCH /v2/teams/{team}/members/{user}", "DELETE /v2/teams/{team}/members/{user}"
+            ),
+        ),
         {"Retry-After": RETRY_AFTER},
     ),
     ErrorStatus(411, "The upload has no Content-Length.", operations("POST /v2/jobs")),

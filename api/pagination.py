@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Request
 
 from api.errors import Invalid
 from storage.job_listing import JobPosition
@@ -54,7 +54,13 @@ class PageRequest:
     cursor: str | None
 
 
-def page_request(limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None) -> PageRequest:
+def page_request(
+    request: Request, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> PageRequest:
+    # A repeated parameter would otherwise count by its last value alone.
+    for name in ("limit", "cursor"):
+        if len(request.query_params.getlist(name)) > 1:
+            raise Invalid(f"give {name} once: it was given several times", field=name)
     return PageRequest(limit, cursor)
 
 
@@ -121,12 +127,11 @@ def job_position(cursor: str) -> JobPosition:
 
 
 def event_cursor(event_id: int) -> str:
-    return encode_cursor("events", event_id)
+    return id_cursor("events", event_id)
 
 
 def event_position(cursor: str) -> int:
-    [event_id] = decode_cursor("events", cursor, int)
-    return int(event_id)
+    return id_position("events", cursor)
 
 
 def listing_cursor(continuation: str) -> str:
@@ -159,3 +164,23 @@ def metric_position(cursor: str) -> MetricPosition:
     if min(learner - 1, offset, before, served - before) < 0:
         raise bad_cursor()
     return MetricPosition(learner, offset, before, served)
+
+
+def name_cursor(kind: str, name: str) -> str:
+    """Where a page of a list by name (teams, members, users) ended."""
+    return encode_cursor(kind, name)
+
+
+def name_position(kind: str, cursor: str) -> str:
+    [name] = decode_cursor(kind, cursor, str)
+    return str(name)
+
+
+def id_cursor(kind: str, row_id: int) -> str:
+    """Where a page of a list by id (tokens) ended."""
+    return encode_cursor(kind, row_id)
+
+
+def id_position(kind: str, cursor: str) -> int:
+    [row_id] = decode_cursor(kind, cursor, int)
+    return int(row_id)

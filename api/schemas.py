@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from storage.models import Job, JobEvent
+from storage.models import ApiToken, Job, JobEvent
 
 NextCursor = Annotated[
     str | None,
@@ -37,12 +37,13 @@ class JobPublic(BaseModel):
     attempt: int
     restarts: int
     owner: str
+    team: str
     created_at: datetime
     updated_at: datetime
     manifest: dict[str, Any]
 
     @classmethod
-    def of(cls, job: Job, owner: str) -> JobPublic:
+    def of(cls, job: Job, owner: str, team: str) -> JobPublic:
         return cls(
             id=job.id,
             name=job.name,
@@ -52,6 +53,7 @@ class JobPublic(BaseModel):
             attempt=job.attempt,
             restarts=job.restarts,
             owner=owner,
+            team=team,
             created_at=job.created_at,
             updated_at=job.updated_at,
             manifest=without_secrets(job.manifest),
@@ -118,29 +120,150 @@ class MetricList(BaseModel):
     next: NextCursor = None  # only when paged (limit or cursor given)
 
 
-USER_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
+# Users and teams share one namespace (a user's own team bears their name) and one rule.
+NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
+NAME_RULE = "1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter"
 
 
 class UserCreate(BaseModel):
     model_config = ConfigDict(strict=True)  # `"admin": 0` is a mistake, not False
 
     # The route checks the name, saying the rule in words; the schema states it.
-    name: str = Field(
-        json_schema_extra={"pattern": USER_NAME.pattern},
-        description="1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
-    )
+    name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
     admin: bool = False
+
+
+RoleName = Literal["viewer", "member", "team_admin"]
+
+
+class TeamMembership(BaseModel):
+    team: str
+    role: RoleName
+    personal: bool = Field(description="the team made with the user, named after them")
 
 
 class UserPublic(BaseModel):
     name: str
     admin: bool
+    teams: list[TeamMembership] = []
+
+
+class UserSummary(BaseModel):
+    name: str
+    admin: bool
+    created_at: datetime
+
+
+class UserList(BaseModel):
+    users: list[UserSummary]
+    next: NextCursor = None
 
 
 class UserCreated(BaseModel):
     name: str
     token: str
     admin: bool
+    team: str = Field(description="the user's own team, named after them")
     # Set when a node runs every job as one OS user: the new user's jobs and everyone
     # else's can read each other's files there.
     warning: str | None = None
+
+
+class TeamCreate(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
+
+
+class TeamPublic(BaseModel):
+    name: str
+    personal: bool = Field(description="a user's own team, named after them")
+    members: int
+    role: RoleName | None = Field(description="the caller's role in it (null: none)")
+    created_at: datetime
+
+
+class TeamList(BaseModel):
+    teams: list[TeamPublic]
+    next: NextCursor = None
+
+
+class MemberAdd(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    user: str = Field(json_schema_extra={"pattern": NAME.pattern}, description="a user's name")
+    role: RoleName = "member"
+
+
+class MemberRole(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    role: RoleName
+
+
+class MemberPublic(BaseModel):
+    user: str
+    role: RoleName
+
+
+class MemberList(BaseModel):
+    members: list[MemberPublic]
+    next: NextCursor = None
+
+
+MAX_TOKEN_LIFETIME_S = 5 * 366 * 24 * 3600
+
+
+def _whole_number(value: object) -> object:
+    """JSON's 30.0 is the integer 30 (JSON Schema says so); 30.5 and "30" stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
+    expires_in: Annotated[int | None, BeforeValidator(_whole_number)] = Field(
+        None,
+        ge=1,
+        le=MAX_TOKEN_LIFETIME_S,
+        description="seconds until the token stops working; leave out for a token that "
+        "works until it is revoked",
+    )
+
+
+class TokenPublic(BaseModel):
+    id: int
+    name: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None = Field(
+        description="when it was last used, to the minute (null: never)"
+    )
+
+    @classmethod
+    def of(cls, token: ApiToken) -> TokenPublic:
+        return cls(
+            id=token.id,
+            name=token.name,
+            created_at=token.created_at,
+            expires_at=token.expires_at,
+            last_used_at=token.last_used_at,
+        )
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="the token itself: shown this once, never again")
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenPublic]
+    next: NextCursor = None
+
+
+class Revoked(BaseModel):
+    id: int
+    name: str
+    revoked: bool = True

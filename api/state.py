@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.archive import ArchiveLimits
+from api.auth import TokenCache
 from api.nudge import Nudger
 from storage.object_store import ObjectStore
 from storage.settings import Settings
@@ -22,3 +23,5 @@ class ApiState:
     objects: ObjectStore
     nudger: Nudger
     archive_limits: ArchiveLimits
+    # what the tokens seen lately stand for (`api.auth`)
+    tokens: TokenCache = field(default_factory=TokenCache)

@@ -29,6 +29,7 @@ from urllib.parse import quote
 import httpx
 
 from cli.sse import parse_sse
+from cli.tenancy_client import TenancyCalls
 
 ProgressCallback = Callable[[int], None]
 
@@ -72,7 +73,7 @@ class DlaasConnectionError(Exception):
         self.refused = refused
 
 
-class DlaasClient:
+class DlaasClient(TenancyCalls):
     def __init__(
         self,
         url: str,
@@ -117,15 +118,21 @@ class DlaasClient:
     # -- jobs -------------------------------------------------------------------------------
 
     def submit_job(
-        self, manifest: Path, model_zip: Path, progress: ProgressCallback | None = None
+        self,
+        manifest: Path,
+        model_zip: Path,
+        progress: ProgressCallback | None = None,
+        team: str | None = None,
     ) -> dict[str, Any]:
-        """`POST /v2/jobs` multipart (`manifest` YAML, `model` zip), streaming the archive."""
+        """`POST /v2/jobs` multipart (`manifest` YAML, `model` zip, the `team` if named),
+        streaming the archive."""
+        data = {"team": team} if team is not None else None
         with manifest.open("rb") as mf, model_zip.open("rb") as zf:
             files = {
                 "manifest": (manifest.name, mf, "application/x-yaml"),
                 "model": (model_zip.name, ProgressReader(zf, progress), "application/zip"),
             }
-            return self._json("POST", "/v2/jobs", files=files, timeout=_upload_timeout())
+            return self._json("POST", "/v2/jobs", files=files, data=data, timeout=_upload_timeout())
 
     def jobs_page(
         self,
@@ -133,18 +140,19 @@ class DlaasClient:
         states: Sequence[str] = (),
         limit: int | None = None,
         cursor: str | None = None,
+        team: str | None = None,
     ) -> dict[str, Any]:
         """One page of `GET /v2/jobs`, newest first: `{"jobs": [...], "next": cursor|None}`."""
-        params = _job_filters(states, limit)
+        params = _job_filters(states, limit, team)
         if cursor is not None:
             params["cursor"] = cursor
         return self._json("GET", "/v2/jobs", params=params)
 
     def list_jobs(
-        self, *, states: Sequence[str] = (), limit: int | None = None
+        self, *, states: Sequence[str] = (), limit: int | None = None, team: str | None = None
     ) -> list[dict[str, Any]]:
-        """Every job (in `states`, if given), newest first, `limit` per request."""
-        return self._every("/v2/jobs", "jobs", _job_filters(states, limit))
+        """Every job (in `states`, of `team`, if given), newest first, `limit` per request."""
+        return self._every("/v2/jobs", "jobs", _job_filters(states, limit, team))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self._json("GET", _job(job_id))
@@ -556,8 +564,12 @@ def _detail_text(detail: Any) -> str:
     return json.dumps(detail)
 
 
-def _job_filters(states: Sequence[str], limit: int | None) -> dict[str, Any]:
+def _job_filters(
+    states: Sequence[str], limit: int | None, team: str | None = None
+) -> dict[str, Any]:
     params: dict[str, Any] = {}
+    if team is not None:
+        params["team"] = team
     if states:
         params["state"] = list(states)
     if limit is not None:

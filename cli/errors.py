@@ -46,6 +46,8 @@ def describe_connection_error(exc: DlaasConnectionError) -> str:
 
 def describe_api_error(exc: ApiError) -> str:
     detail = exc.detail.strip()
+    if exc.status == 401 and exc.code in ("token_revoked", "token_expired"):
+        return f"authentication failed: {detail}"
     if exc.status == 401:
         return "authentication failed: set DLAAS_TOKEN or run `dlaas up` to write a token"
     if exc.status == 403:

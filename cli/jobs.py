@@ -50,6 +50,14 @@ def train(
         bool,
         typer.Option("--follow", "-f", help="Follow the logs; exit 1 unless the job completes."),
     ] = False,
+    team: Annotated[
+        str | None,
+        typer.Option(
+            "--team",
+            help="The team the job belongs to (default: your own team).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Submit a training job and print its id."""
     manifest_path, model_path = check_train_inputs(manifest, model)
@@ -61,7 +69,7 @@ def train(
         client = inv.client()
         try:
             with transfer_progress(size, f"uploading {model_path.name or 'model'}") as advance:
-                job = client.submit_job(manifest_path, archive, progress=advance)
+                job = client.submit_job(manifest_path, archive, progress=advance, team=team)
         except ApiError as exc:
             raise CliError(describe_submit_error(exc, manifest_path, model_path)) from exc
     finally:
@@ -137,15 +145,19 @@ def list_jobs(
             show_default=False,
         ),
     ] = None,
+    team: Annotated[
+        str | None,
+        typer.Option("--team", help="Only this team's jobs.", show_default=False),
+    ] = None,
 ) -> None:
-    """List your jobs, newest first: the first page, or every job with --all."""
+    """List your teams' jobs, newest first: the first page, or every job with --all."""
     wanted = [state.upper() for state in states or []]
     client = inv.client()
     following: str | None = None
     if every:
-        jobs = client.list_jobs(states=wanted, limit=limit)
+        jobs = client.list_jobs(states=wanted, limit=limit, team=team)
     else:
-        page = client.jobs_page(states=wanted, limit=limit)
+        page = client.jobs_page(states=wanted, limit=limit, team=team)
         jobs = list(page.get("jobs") or [])
         following = page.get("next") or None
     if inv.json:
@@ -213,6 +225,7 @@ def show(
         ("reason", job.get("reason")),
         ("learners", job.get("learners")),
         ("owner", job.get("owner")),
+        ("team", job.get("team")),
         ("created", format_time(job.get("created_at"))),
         ("updated", format_time(job.get("updated_at"))),
         ("framework", " ".join(str(framework.get(k, "")) for k in ("name", "version")).strip()),

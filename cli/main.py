@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import cluster, data, jobs, logs, results, secrets, ui, usage
+from cli import cluster, data, jobs, logs, results, secrets, teams, tokens, ui, usage, users
 from cli.context import DebugOption, GlobalOptions, OutputOption, TokenOption, UrlOption
 from cli.up import register as register_up
 
@@ -43,3 +43,6 @@ cluster.register(app)
 usage.register(app)
 ui.register(app)
 secrets.register(app)
+teams.register(app)
+users.register(app)
+tokens.register(app)

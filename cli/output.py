@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
 from cli.client import ProgressCallback
@@ -130,3 +131,13 @@ STATE_STYLES = {
 def state_text(state: Any) -> Text:
     text = str(state or "-")
     return Text(text, style=STATE_STYLES.get(text, ""))
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Sequence[str | Text]]) -> None:
+    """A plain table on stdout, in the style of `dlaas list`."""
+    table = Table(box=None, header_style="bold")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    stdout_console().print(table)

@@ -1,7 +1,8 @@
 """Paged reads of jobs and their events: keyset queries that start where a page ended.
 
-A user's jobs are listed newest first, ordered by (created_at, id) descending, so jobs
-created in the same instant keep one order; `ix_jobs_owner_created_id` serves it. A job's
+Jobs are listed newest first, ordered by (created_at, id) descending, so jobs created in
+the same instant keep one order; `ix_jobs_team_created_id` serves a team's list and
+`ix_jobs_owner_created_id` a user's. A job's
 events are listed oldest first by id (`ix_job_events_job_id_id`). Each query asks for one
 row more than a page holds, so the caller knows whether another page follows.
 """
@@ -16,7 +17,7 @@ from sqlalchemy import Select, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.job_states import JobState
-from storage.models import Job, JobEvent
+from storage.models import Job, JobEvent, Team, User
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class JobPosition:
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Which of one owner's jobs to list; every condition given must hold."""
+    """Which jobs to list; every condition given must hold."""
 
-    owner_id: int
+    team_ids: Collection[int] | None = None  # None: every team's
+    owner_id: int | None = None
     states: Collection[JobState] = field(default_factory=frozenset)
     name_contains: str | None = None  # case-insensitive
     created_before: datetime | None = None
@@ -45,7 +47,11 @@ def _utc(moment: datetime) -> datetime:
 
 
 def _jobs_query(wanted: JobFilter) -> Select[Job]:
-    query = select(Job).where(Job.owner_id == wanted.owner_id, Job.deleted_at.is_(None))
+    query = select(Job).where(Job.deleted_at.is_(None))
+    if wanted.team_ids is not None:
+        query = query.where(Job.team_id.in_(sorted(wanted.team_ids)))
+    if wanted.owner_id is not None:
+        query = query.where(Job.owner_id == wanted.owner_id)
     if wanted.states:
         query = query.where(Job.state.in_(sorted(str(s) for s in wanted.states)))
     if wanted.name_contains:
@@ -78,3 +84,18 @@ async def events_after(
         query = query.where(JobEvent.id > after_id)
     query = query.order_by(JobEvent.id).limit(count)
     return (await session.execute(query)).scalars().all()
+
+
+async def owner_and_team_names(
+    session: AsyncSession, jobs: Sequence[Job]
+) -> tuple[dict[int, str], dict[int, str]]:
+    """The names of the jobs' owners and of their teams, by id."""
+    if not jobs:
+        return {}, {}
+    owners = await session.execute(
+        select(User.id, User.name).where(User.id.in_({job.owner_id for job in jobs}))
+    )
+    teams = await session.execute(
+        select(Team.id, Team.name).where(Team.id.in_({job.team_id for job in jobs}))
+    )
+    return {i: name for i, name in owners.all()}, {i: name for i, name in teams.all()}

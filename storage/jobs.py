@@ -26,6 +26,7 @@ from storage.job_states import (
     predecessors,
 )
 from storage.models import Job, JobEvent, Learner, utcnow
+from storage.teams import personal_team_id
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,17 @@ async def create_job(
     learners: int,
     manifest: dict[str, Any],
     job_id: str | None = None,
+    team_id: int | None = None,
 ) -> Job:
+    """A new QUEUED job of `team_id`'s (by default, of the owner's own team)."""
+    if team_id is None:
+        team_id = await personal_team_id(session, owner_id)
+        if team_id is None:
+            raise ValueError(f"user {owner_id} has no team of their own: name the job's team")
     job = Job(
         id=job_id or new_job_id(),
         owner_id=owner_id,
+        team_id=team_id,
         name=name,
         state=JobState.QUEUED,
         reason="waiting to be deployed",

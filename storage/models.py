@@ -1,4 +1,5 @@
-"""SQLAlchemy models: users, jobs, job events, learners, idempotent requests, data usage."""
+"""SQLAlchemy models: users, their teams and API tokens, jobs, job events, learners,
+idempotent requests, data usage."""
 
 from __future__ import annotations
 
@@ -36,18 +37,78 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    is_admin: Mapped[bool] = mapped_column(default=False)
+    is_admin: Mapped[bool] = mapped_column(default=False)  # a platform admin
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Team(Base):
+    """Who a job belongs to. Every user gets a team of their own, named after them, when
+    they are made (`personal_user_id`); shared teams are made by platform admins."""
+
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    personal_user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), unique=True, default=None
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Membership(Base):
+    """A user's role in a team (`storage.roles.Role`)."""
+
+    __tablename__ = "memberships"
+
+    team_id: Mapped[int] = mapped_column(
+        ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """A user's named bearer token (only its hash is kept). A revoked token keeps its row,
+    so that a request with it is told it was revoked; its name is free again."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        Index(
+            "ix_api_tokens_live_name",
+            "user_id",
+            "name",
+            unique=True,
+            postgresql_where=text("revoked_at IS NULL"),
+            sqlite_where=text("revoked_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    # written at most once a minute per token (`storage.api_tokens.LAST_USED_RESOLUTION`)
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Job(Base):
     __tablename__ = "jobs"
-    # Serves a user's job list, newest first and paged by (created_at, id).
-    __table_args__ = (Index("ix_jobs_owner_created_id", "owner_id", "created_at", "id"),)
+    # Serve a user's and a team's job lists, newest first and paged by (created_at, id).
+    __table_args__ = (
+        Index("ix_jobs_owner_created_id", "owner_id", "created_at", "id"),
+        Index("ix_jobs_team_created_id", "team_id", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # the team the job belongs to: its members act on it, its viewers read it
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
     name: Mapped[str] = mapped_column(String(100))
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")

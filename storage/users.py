@@ -1,36 +1,33 @@
-"""Users and their API tokens (only a hash of each token is stored)."""
+"""Users: each is made with a team of their own (named after them, where they are team
+admin) and an API token named "default" (`storage.api_tokens`)."""
 
 from __future__ import annotations
 
-import hashlib
-import secrets
+from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.models import User
-
-TOKEN_PREFIX = "dlaas_"
-
-
-def hash_token(token: str) -> str:
-    # Tokens are 256 random bits, so a fast hash is enough: nothing to brute-force.
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+from storage import api_tokens, teams
+from storage.models import User, utcnow
+from storage.roles import Role
 
 
 async def create_user(
-    session: AsyncSession, name: str, *, is_admin: bool = False
+    session: AsyncSession, name: str, *, is_admin: bool = False, token: str | None = None
 ) -> tuple[User, str]:
-    """Create a user; returns the user and its token, which is never retrievable again."""
-    token = new_token()
-    user = User(name=name, token_hash=hash_token(token), is_admin=is_admin)
+    """Create a user, their team and their default token (`token`, else a random one);
+    returns the user and the token, which is never retrievable again."""
+    user = User(name=name, is_admin=is_admin)
     session.add(user)
     await session.flush()
-    return user, token
+    team = await teams.create_team(session, name, personal_user_id=user.id)
+    await teams.add_member(session, team.id, user.id, Role.TEAM_ADMIN)
+    _, secret = await api_tokens.create_token(
+        session, user.id, api_tokens.DEFAULT_TOKEN_NAME, token=token
+    )
+    return user, secret
 
 
 async def user_by_name(session: AsyncSession, name: str) -> User | None:
@@ -38,13 +35,24 @@ async def user_by_name(session: AsyncSession, name: str) -> User | None:
     return result.scalar_one_or_none()
 
 
-async def user_by_token(session: AsyncSession, token: str) -> User | None:
-    result = await session.execute(select(User).where(User.token_hash == hash_token(token)))
-    return result.scalar_one_or_none()
+async def user_by_token(
+    session: AsyncSession, token: str, now: datetime | None = None
+) -> User | None:
+    """The user of a token that is neither revoked nor expired."""
+    held = await api_tokens.holder_of(session, token)
+    if held is None:
+        return None
+    row, user = held
+    if row.revoked_at is not None:
+        return None
+    if row.expires_at is not None and api_tokens.aware(row.expires_at) <= (now or utcnow()):
+        return None
+    return user
 
 
-async def rotate_token(session: AsyncSession, user: User) -> str:
-    token = new_token()
-    user.token_hash = hash_token(token)
-    await session.flush()
-    return token
+async def users_after(session: AsyncSession, after: str | None, count: int) -> Sequence[User]:
+    """Up to `count` users by name, past `after`."""
+    query = select(User)
+    if after is not None:
+        query = query.where(User.name > after)
+    return (await session.execute(query.order_by(User.name).limit(count))).scalars().all()

@@ -9,7 +9,8 @@ from typing import Annotated, BinaryIO, cast
 from anyio import to_thread
 from fastapi import APIRouter, Path, Request
 
-from api.deps import CurrentUser, StateDep
+from api.access import Allowed
+from api.deps import StateDep
 from api.errors import Invalid
 from api.pagination import PageQuery
 from api.schemas import FileInfo, FileList
@@ -70,7 +71,7 @@ async def upload_data(
     path: DataPath,
     request: Request,
     state: StateDep,
-    user: CurrentUser,
+    user: Allowed,
 ) -> FileInfo:
     """Upload one file of training data (raw body, streamed)."""
     _check_container(container)
@@ -105,7 +106,7 @@ def _size_if_stored(objects: ObjectStore, key: str) -> int:
 async def list_data(
     container: ContainerName,
     state: StateDep,
-    user: CurrentUser,
+    user: Allowed,
     page: PageQuery,
 ) -> FileList:
     """The files of one of your data containers, a page at a time."""

@@ -11,11 +11,12 @@ from pydantic import BeforeValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import UploadFile
 
-from api.deps import CurrentUser, JobId, SessionDep, StateDep
+from api.access import Allowed, JobAccess
+from api.deps import JobId, SessionDep, StateDep
 from api.errors import DlaasError, Invalid
 from api.idempotency import Claim, claim_of
 from api.pagination import PageQuery
-from api.schemas import EventList, JobList, JobPublic
+from api.schemas import NAME, NAME_RULE, EventList, JobList, JobPublic
 from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
@@ -48,8 +49,16 @@ OwnerFilter = Annotated[
         min_length=1,
         max_length=100,
         pattern=_NO_NUL,
-        description="Only this user's jobs: for admins; anyone else naming another user "
-        "gets an empty list.",
+        description="Only this user's jobs (among those of your teams).",
+    ),
+]
+TeamFilter = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=100,
+        pattern=_NO_NUL,
+        description="Only this team's jobs (one of your teams: any other gives an empty list).",
     ),
 ]
 _ISO_TIME = re.compile(
@@ -82,7 +91,8 @@ CreatedAfter = Annotated[
 ]
 
 _MANIFEST_MAX = 64 * 1024
-_FORM_FIELDS = ("manifest", "model")
+_FORM_FIELDS = ("manifest", "model", "team")
+_REQUIRED_FIELDS = ("manifest", "model")
 _SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -90,7 +100,7 @@ _SUBMIT_BODY: dict[str, Any] = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": list(_FORM_FIELDS),
+                    "required": list(_REQUIRED_FIELDS),
                     "properties": {
                         "manifest": {
                             "type": "string",
@@ -101,6 +111,12 @@ _SUBMIT_BODY: dict[str, Any] = {
                             "type": "string",
                             "format": "binary",
                             "description": "the training code, a zip archive",
+                        },
+                        "team": {
+                            "type": "string",
+                            "pattern": NAME.pattern,
+                            "description": "the team the job belongs to; leave it out for "
+                            "your own team (or the one team you may submit to)",
                         },
                     },
                     "additionalProperties": False,
@@ -131,15 +147,24 @@ def _refuse_unknown_fields(form: Any) -> None:
         if name not in _FORM_FIELDS:
             raise Invalid(
                 f"the multipart form has a field {name!r} that a submission does not take: "
-                "send only manifest and model",
+                "send only manifest, model and team",
                 code="unknown_field",
                 field=name,
             )
 
 
+def _team_field(form: Any) -> str | None:
+    value = form.get("team")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise Invalid(f"team must be a team's name: {NAME_RULE}", field="team")
+    return value
+
+
 @router.post("", status_code=201, response_model=JobPublic, openapi_extra=_SUBMIT_BODY)
 async def submit_job(
-    request: Request, response: Response, state: StateDep, user: CurrentUser
+    request: Request, response: Response, state: StateDep, user: Allowed
 ) -> JobPublic:
     """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code).
     The body limit (the archive's and the manifest's, and the form's framing) is enforced by
@@ -162,17 +187,17 @@ async def submit_job(
         _refuse_unknown_fields(form)
         manifest = await _form_file(form, "manifest", "the manifest YAML")
         model = await _form_file(form, "model", "the model zip")
-        manifest_text = await manifest.read(_MANIFEST_MAX + 1)
-        job = await service.submit_job(
+        submission = service.Submission(
+            await manifest.read(_MANIFEST_MAX + 1), model.file, model.size or 0, _team_field(form)
+        )
+        job, team = await service.submit_job(
             state,
             user,
-            manifest_text,
-            model.file,
-            model.size or 0,
+            submission,
             on_created=_answer_stored_with_job(claim_of(request.state), user.name),
         )
     response.headers["Location"] = _location(job.id)
-    return JobPublic.of(job, user.name)
+    return JobPublic.of(job, user.name, team)
 
 
 def _location(job_id: str) -> str:
@@ -185,8 +210,8 @@ def _answer_stored_with_job(claim: Claim | None, owner: str) -> service.JobCreat
     if claim is None:
         return None
 
-    async def store(session: AsyncSession, job: Job) -> None:
-        body = JobPublic.of(job, owner).model_dump_json().encode()
+    async def store(session: AsyncSession, job: Job, team: str) -> None:
+        body = JobPublic.of(job, owner, team).model_dump_json().encode()
         headers = {"content-type": "application/json", "location": _location(job.id)}
         await claim.store_answer(session, 201, body, headers)
 
@@ -196,53 +221,66 @@ def _answer_stored_with_job(claim: Claim | None, owner: str) -> service.JobCreat
 @router.get("", response_model=JobList)
 async def list_jobs(
     session: SessionDep,
-    user: CurrentUser,
+    user: Allowed,
     page: PageQuery,
     state: StatesFilter = (),
     name: NameFilter = None,
     owner: OwnerFilter = None,
+    team: TeamFilter = None,
     created_before: CreatedBefore = None,
     created_after: CreatedAfter = None,
 ) -> JobList:
-    """Your jobs, newest first, a page at a time. Filters combine; a cursor is a position in
-    the newest-first order, so with other filters it goes on from there under those."""
-    search = JobSearch(state, name, owner, created_before, created_after)
+    """The jobs of your teams (a platform admin: every job), newest first, a page at a time.
+    Filters combine; a cursor is a position in the newest-first order, so with other filters
+    it goes on from there under those."""
+    search = JobSearch(
+        states=state,
+        name=name,
+        owner=owner,
+        team=team,
+        created_before=created_before,
+        created_after=created_after,
+    )
     return await lists.list_jobs(session, user, search, page)
 
 
+async def _public(session: AsyncSession, job: Job) -> JobPublic:
+    [shown] = await lists.public_jobs(session, [job])
+    return shown
+
+
 @router.get("/{job_id}", response_model=JobPublic)
-async def get_job(job_id: JobId, session: SessionDep, user: CurrentUser) -> JobPublic:
-    return JobPublic.of(await service.owned_job(session, user, job_id), user.name)
+async def get_job(access: JobAccess, session: SessionDep) -> JobPublic:
+    return await _public(session, access.job)
 
 
 @router.post("/{job_id}/halt", status_code=202, response_model=JobPublic)
 async def halt_job(
-    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, access: JobAccess, state: StateDep, session: SessionDep
 ) -> JobPublic:
-    return JobPublic.of(await service.halt_job(state, session, user, job_id), user.name)
+    job = await service.halt_job(state, session, access.principal, job_id)
+    return await _public(session, job)
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=JobPublic)
 async def resume_job(
-    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, access: JobAccess, state: StateDep, session: SessionDep
 ) -> JobPublic:
-    return JobPublic.of(await service.resume_job(state, session, user, job_id), user.name)
+    job = await service.resume_job(state, session, access.principal, job_id)
+    return await _public(session, job)
 
 
 @router.delete("/{job_id}", status_code=202)
 async def delete_job(
-    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, access: JobAccess, state: StateDep, session: SessionDep
 ) -> dict[str, str]:
-    await service.delete_job(state, session, user, job_id)
+    await service.delete_job(state, session, access.principal, job_id)
     return {"id": job_id, "status": "deleting"}
 
 
 @router.get("/{job_id}/events", response_model=EventList)
 async def job_events(
-    job_id: JobId,
-    session: SessionDep,
-    user: CurrentUser,
-    page: PageQuery,
+    job_id: JobId, access: JobAccess, session: SessionDep, page: PageQuery
 ) -> EventList:
     """The job's events, oldest first, a page at a time."""
-    return await lists.job_events(session, user, job_id, page)
+    return await lists.job_events(session, job_id, page)

@@ -6,7 +6,8 @@ import orjson
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentUser, JobId, StateDep
+from api.access import JobAccess
+from api.deps import JobId, StateDep
 from api.errors import DlaasError, NotFound
 from api.follow_slots import holding, take_slot
 from api.pagination import (
@@ -18,7 +19,6 @@ from api.pagination import (
     metric_position,
 )
 from api.schemas import MetricList
-from api.services import jobs as service
 from api.services import logs as logs_service
 from api.services.log_join import POSITION, Position, decode_position
 
@@ -48,8 +48,8 @@ def _learners(count: int, learner: int | None) -> list[int]:
 )
 async def job_logs(
     job_id: JobId,
+    access: JobAccess,
     state: StateDep,
-    user: CurrentUser,
     follow: bool = Query(False, description="stream new lines as Server-Sent Events"),
     learner: int | None = Query(None, ge=1, description="only this learner's lines"),
     last_event_id: str | None = Header(
@@ -59,9 +59,7 @@ async def job_logs(
         description="with follow=true, resume after this event (the id of the last one seen)",
     ),
 ) -> StreamingResponse:
-    async with state.sessions() as session:
-        job = await service.owned_job(session, user, job_id)
-    learners = _learners(job.learners, learner)
+    learners = _learners(access.job.learners, learner)
     try:
         position = decode_position(last_event_id) if last_event_id else Position()
     except ValueError as exc:
@@ -70,7 +68,7 @@ async def job_logs(
         return StreamingResponse(
             logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"
         )
-    slot = await take_slot(state.redis, user.id, state.settings.max_follows_per_user)
+    slot = await take_slot(state.redis, access.principal.id, state.settings.max_follows_per_user)
     if slot is None:
         raise DlaasError(
             f"you already follow {state.settings.max_follows_per_user} logs at once, the "
@@ -94,8 +92,8 @@ async def job_logs(
 )
 async def job_metrics(
     job_id: JobId,
+    access: JobAccess,
     state: StateDep,
-    user: CurrentUser,
     learner: int | None = Query(None, ge=1, description="only this learner's points"),
     last: int | None = Query(
         None, ge=1, le=1000, description="only the last N points of each learner"
@@ -105,9 +103,7 @@ async def job_metrics(
     ),
     cursor: Cursor = None,
 ) -> Response:
-    async with state.sessions() as session:
-        job = await service.owned_job(session, user, job_id)
-    learners = _learners(job.learners, learner)
+    learners = _learners(access.job.learners, learner)
     if limit is not None or cursor is not None:
         start = metric_position(cursor) if cursor else MetricPosition(learners[0])
         points, after = await logs_service.metric_page(

@@ -9,11 +9,11 @@ from anyio import to_thread
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from api.deps import CurrentUser, JobId, SessionDep, StateDep
+from api.access import JobAccess
+from api.deps import JobId, StateDep
 from api.errors import NotFound
 from api.pagination import PageQuery
 from api.schemas import FileList
-from api.services import jobs as service
 from api.services import lists
 from storage.object_store import ObjectNotFound
 
@@ -31,16 +31,10 @@ class JobFiles:
     def prefix(self, job_id: str) -> str:
         return f"jobs/{job_id}/{self.folder}/"
 
-    async def listing(
-        self, job_id: str, state: StateDep, session: SessionDep, user: CurrentUser, page: PageQuery
-    ) -> FileList:
-        await service.owned_job(session, user, job_id)
+    async def listing(self, job_id: str, state: StateDep, page: PageQuery) -> FileList:
         return await lists.file_list(state.objects, self.prefix(job_id), page)
 
-    async def download(
-        self, job_id: str, path: str, state: StateDep, session: SessionDep, user: CurrentUser
-    ) -> StreamingResponse:
-        await service.owned_job(session, user, job_id)
+    async def download(self, job_id: str, path: str, state: StateDep) -> StreamingResponse:
         missing = NotFound(
             f"job {job_id} has no {self.what} {path!r}; {self.fetch_all.format(job=job_id)}",
             field="path",
@@ -67,31 +61,31 @@ CHECKPOINTS = JobFiles(
 
 @router.get("/{job_id}/results", response_model=FileList)
 async def list_results(
-    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser, page: PageQuery
+    job_id: JobId, access: JobAccess, state: StateDep, page: PageQuery
 ) -> FileList:
     """The job's result files, a page at a time."""
-    return await RESULTS.listing(job_id, state, session, user, page)
+    return await RESULTS.listing(job_id, state, page)
 
 
 @router.get("/{job_id}/results/{path:path}", response_model=None)
 async def download_result(
-    job_id: JobId, path: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, path: str, access: JobAccess, state: StateDep
 ) -> StreamingResponse:
-    return await RESULTS.download(job_id, path, state, session, user)
+    return await RESULTS.download(job_id, path, state)
 
 
 @router.get("/{job_id}/checkpoints", response_model=FileList)
 async def list_checkpoints(
-    job_id: JobId, state: StateDep, session: SessionDep, user: CurrentUser, page: PageQuery
+    job_id: JobId, access: JobAccess, state: StateDep, page: PageQuery
 ) -> FileList:
     """The files of the job's checkpoints, a page at a time: `{name}/...` for the job's
     series, `learner-{n}/{name}/...` for a learner's own; a checkpoint whose `COMMITTED`
     file is listed was stored whole."""
-    return await CHECKPOINTS.listing(job_id, state, session, user, page)
+    return await CHECKPOINTS.listing(job_id, state, page)
 
 
 @router.get("/{job_id}/checkpoints/{path:path}", response_model=None)
 async def download_checkpoint_file(
-    job_id: JobId, path: str, state: StateDep, session: SessionDep, user: CurrentUser
+    job_id: JobId, path: str, access: JobAccess, state: StateDep
 ) -> StreamingResponse:
-    return await CHECKPOINTS.download(job_id, path, state, session, user)
+    return await CHECKPOINTS.download(job_id, path, state)

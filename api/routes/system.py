@@ -9,7 +9,8 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from sqlalchemy import func, select, text
 
-from api.deps import CurrentUser, SessionDep, StateDep
+from api.access import Allowed
+from api.deps import SessionDep, StateDep
 from storage.job_states import ACTIVE_STATES, JobState, LearnerState
 from storage.models import Job, Learner
 
@@ -54,7 +55,7 @@ HOLDING = (LearnerState.PENDING, LearnerState.DOWNLOADING, LearnerState.RUNNING)
 
 
 @router.get("/v2/cluster", tags=["cluster"])
-async def cluster(state: StateDep, session: SessionDep, user: CurrentUser) -> dict[str, object]:
+async def cluster(state: StateDep, session: SessionDep, user: Allowed) -> dict[str, object]:
     """The cluster's nodes, each with its capacity and what active learners hold of it."""
     active = [s.value for s in ACTIVE_STATES]
     held = await session.execute(

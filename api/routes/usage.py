@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import CurrentUser, StateDep
+from api.access import Allowed
+from api.deps import StateDep
 from api.schemas import UsagePublic
 from api.services import quota
 
@@ -12,7 +13,7 @@ router = APIRouter(prefix="/v2/usage", tags=["usage"])
 
 
 @router.get("", response_model=UsagePublic)
-async def my_usage(state: StateDep, user: CurrentUser) -> UsagePublic:
+async def my_usage(state: StateDep, user: Allowed) -> UsagePublic:
     """Bytes in your data containers and your jobs' results, and your quota (null: none)."""
     used = await quota.usage(state, user)
     limit = state.settings.storage_quota_bytes

@@ -1,16 +1,26 @@
-"""/v2/users: admins create users, each with its own API token."""
+"""/v2/users: platform admins create and list users; anyone sees who they are."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from sqlalchemy.exc import IntegrityError
 
-from api.deps import CurrentUser, SessionDep, StateDep
-from api.errors import Conflict, DlaasError, Invalid
-from api.schemas import USER_NAME, UserCreate, UserCreated, UserPublic
+from api.access import Allowed
+from api.deps import SessionDep, StateDep
+from api.errors import Conflict
+from api.pagination import PageQuery, name_cursor, name_position, split_page
+from api.schemas import (
+    TeamMembership,
+    UserCreate,
+    UserCreated,
+    UserList,
+    UserPublic,
+    UserSummary,
+)
+from api.services.teams import check_name
 from api.state import ApiState
 from storage import streams
-from storage.users import create_user
+from storage.users import create_user, users_after
 
 router = APIRouter(prefix="/v2/users", tags=["users"])
 
@@ -34,31 +44,41 @@ async def shared_user_warning(state: ApiState) -> str | None:
 
 @router.post("", status_code=201, response_model=UserCreated)
 async def add_user(
-    body: UserCreate, session: SessionDep, user: CurrentUser, state: StateDep
+    body: UserCreate, session: SessionDep, user: Allowed, state: StateDep
 ) -> UserCreated:
-    if not user.is_admin:
-        raise DlaasError(
-            "only an admin can create users", code="forbidden", field="Authorization", status=403
-        )
-    if not USER_NAME.fullmatch(body.name):
-        raise Invalid(
-            "name must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter",
-            field="name",
-        )
+    """A new user, with a team of their own named after them and a token named default."""
+    check_name(body.name)
     try:
         created, token = await create_user(session, body.name, is_admin=body.admin)
         await session.commit()
     except IntegrityError:
-        raise Conflict(f"a user named {body.name!r} exists already", field="name") from None
+        raise Conflict(f"a user or team named {body.name!r} exists already", field="name") from None
     return UserCreated(
         name=created.name,
         token=token,
         admin=created.is_admin,
+        team=created.name,
         warning=await shared_user_warning(state),
     )
 
 
+@router.get("", response_model=UserList)
+async def list_users(session: SessionDep, user: Allowed, page: PageQuery) -> UserList:
+    """Every user by name, a page at a time."""
+    after = name_position("users", page.cursor) if page.cursor is not None else None
+    rows, more = split_page(await users_after(session, after, page.limit + 1), page.limit)
+    return UserList(
+        users=[UserSummary(name=u.name, admin=u.is_admin, created_at=u.created_at) for u in rows],
+        next=name_cursor("users", rows[-1].name) if more else None,
+    )
+
+
 @router.get("/me", response_model=UserPublic)
-async def who_am_i(user: CurrentUser) -> UserPublic:
-    """The user this token belongs to: the dashboard's sign-in checks a token with it."""
-    return UserPublic(name=user.name, admin=user.is_admin)
+async def who_am_i(user: Allowed) -> UserPublic:
+    """The user this token belongs to, with their teams and roles: the dashboard's sign-in
+    checks a token with it."""
+    teams = [
+        TeamMembership(team=team.team, role=team.role.value, personal=team.personal)
+        for team in user.teams
+    ]
+    return UserPublic(name=user.name, admin=user.is_admin, teams=teams)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from anyio import to_thread
@@ -15,6 +16,7 @@ from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
 from api.services import quota
+from api.services.team_choice import choose_team
 from api.state import ApiState
 from storage import jobs as repo
 from storage import pending_archives
@@ -40,20 +42,35 @@ def _check_archive(archive: BinaryIO, state: ApiState) -> None:
     check_model_archive(archive, state.archive_limits)
 
 
-JobCreated = Callable[[AsyncSession, Job], Awaitable[None]]
+# Called with the new job and its team's name
+JobCreated = Callable[[AsyncSession, Job, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Submission:
+    manifest_text: bytes
+    archive: BinaryIO
+    archive_size: int
+    team: str | None = None  # the team it names, if any (`api.services.team_choice`)
 
 
 async def submit_job(
     state: ApiState,
     user: Principal,
-    manifest_text: bytes,
-    archive: BinaryIO,
-    archive_size: int,
+    submission: Submission,
     on_created: JobCreated | None = None,
-) -> Job:
+) -> tuple[Job, str]:
     """Validate, store the archive, then record the job: a job row never points at nothing.
-    `on_created` runs in the job row's transaction (to store the answer a retry gets)."""
+    `on_created` runs in the job row's transaction (to store the answer a retry gets).
+    Returns the job and its team's name."""
+    async with state.sessions() as session:
+        team = await choose_team(session, user, submission.team)
     await quota.check_room(state, user, 0, "a new job")
+    manifest_text, archive, archive_size = (
+        submission.manifest_text,
+        submission.archive,
+        submission.archive_size,
+    )
     # Bounded (tens of ms at worst), but off the event loop all the same.
     manifest = await to_thread.run_sync(parse_manifest, manifest_text)
     normalized = manifest.normalized()
@@ -75,12 +92,13 @@ async def submit_job(
                 session,
                 job_id=job_id,
                 owner_id=user.id,
+                team_id=team.id,
                 name=manifest.name,
                 learners=manifest.learners,
                 manifest=normalized,
             )
             if on_created is not None:
-                await on_created(session, job)
+                await on_created(session, job, team.name)
     except BaseException:
         await to_thread.run_sync(state.objects.delete_prefix, f"jobs/{job_id}/")
         raise
@@ -89,7 +107,7 @@ async def submit_job(
     except RedisError as error:  # the job exists: the collector drops the note on its own
         log.warning("job %s: could not drop its pending-archive note: %s", job_id, error)
     state.nudger.deploy(job.id)
-    return job
+    return job, team.name
 
 
 def _holds_objects(objects: ObjectStore, prefix: str) -> bool:
@@ -116,32 +134,17 @@ async def _check_training_data(
     )
 
 
-async def owned_job(session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await repo.get_job_any(session, job_id)
-    if job is None or job.owner_id != user.id:
-        raise NotFound(
-            f"no job {job_id!r} among your jobs; `dlaas list` shows them", field="job_id"
-        )
-    if job.deleted_at is not None:
-        raise NotFound(
-            f"job {job_id} was deleted; its logs, checkpoints and results are gone",
-            code="deleted",
-            field="job_id",
-        )
-    return job
-
-
-async def _locked_job(session: AsyncSession, user: Principal, job_id: str) -> Job:
-    """The user's job, its row locked: what is checked of it holds until the commit."""
-    await owned_job(session, user, job_id)
+async def _locked_job(session: AsyncSession, job_id: str) -> Job:
+    """The job's row, locked: what is checked of it holds until the commit. The caller's
+    right to act on it was checked by the route (`api.access.JobAccess`)."""
     job = await repo.lock_job(session, job_id)
     if job is None or job.deleted_at is not None:
-        raise NotFound(f"job {job_id!r} was just deleted", field="job_id")
+        raise NotFound(f"job {job_id!r} was just deleted", code="deleted", field="job_id")
     return job
 
 
 async def halt_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await _locked_job(session, user, job_id)
+    job = await _locked_job(session, job_id)
     if JobState(job.state) in FINAL_STATES:
         raise Conflict(f"job {job_id} is {job.state}; only a job that is not finished can halt")
     if job.desired != Desired.HALT:
@@ -154,7 +157,7 @@ async def halt_job(state: ApiState, session: AsyncSession, user: Principal, job_
 
 
 async def resume_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
-    job = await _locked_job(session, user, job_id)
+    job = await _locked_job(session, job_id)
     if job.state != JobState.HALTED and job.desired != Desired.HALT:
         raise Conflict(
             f"job {job_id} is {job.state}, not HALTED; `dlaas halt {job_id}` first",
@@ -170,7 +173,7 @@ async def resume_job(state: ApiState, session: AsyncSession, user: Principal, jo
 async def delete_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> None:
     """The job is DELETED at once; the lifecycle manager stops its learners and removes
     what it stored."""
-    await owned_job(session, user, job_id)
+    await _locked_job(session, job_id)
     await repo.mark_deleted(session, job_id, f"deleted by {user.name}")
     await session.commit()
     state.nudger.delete(job_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,10 +23,12 @@ from api.pagination import (
     split_page,
 )
 from api.schemas import EventList, EventPublic, FileInfo, FileList, JobList, JobPublic
-from api.services.jobs import owned_job
 from storage import job_listing
+from storage.job_listing import JobFilter
 from storage.job_states import JobState
+from storage.models import Job
 from storage.object_store import BadContinuation, ObjectStore
+from storage.teams import team_by_name
 from storage.users import user_by_name
 
 
@@ -37,6 +39,7 @@ class JobSearch:
     states: Collection[str] = ()
     name: str | None = None
     owner: str | None = None
+    team: str | None = None
     created_before: datetime | None = None
     created_after: datetime | None = None
 
@@ -53,54 +56,62 @@ def parse_states(names: Collection[str]) -> frozenset[JobState]:
     return frozenset(known[name] for name in names)
 
 
-def owner_name_to_list(user: Principal, owner: str | None) -> str | None:
-    """Whose jobs `user` gets when asking for `owner`'s: their own by default; another
-    user's only as an admin; None (no one's) otherwise."""
-    if owner is None or owner == user.name:
-        return user.name
-    return owner if user.is_admin else None
+def visible_team_ids(user: Principal) -> frozenset[int] | None:
+    """The teams whose jobs the user sees: those they have a role in; None (every team's)
+    for a platform admin."""
+    return None if user.is_admin else frozenset(team.team_id for team in user.teams)
 
 
-async def _owner_id(session: AsyncSession, user: Principal, name: str | None) -> int | None:
-    if name is None:
-        return None
-    if name == user.name:
-        return user.id
-    owner = await user_by_name(session, name)
-    return owner.id if owner is not None else None
+async def _filter(session: AsyncSession, user: Principal, search: JobSearch) -> JobFilter | None:
+    """What to list of the jobs the user sees; None when the filters leave nothing."""
+    team_ids = visible_team_ids(user)
+    if search.team is not None:
+        team = await team_by_name(session, search.team)
+        if team is None or (team_ids is not None and team.id not in team_ids):
+            return None
+        team_ids = frozenset({team.id})
+    owner_id = None
+    if search.owner is not None:
+        owner = await user_by_name(session, search.owner)
+        if owner is None:
+            return None
+        owner_id = owner.id
+    return JobFilter(
+        team_ids=team_ids,
+        owner_id=owner_id,
+        states=parse_states(search.states),
+        name_contains=search.name,
+        created_before=search.created_before,
+        created_after=search.created_after,
+    )
+
+
+async def public_jobs(session: AsyncSession, jobs: Sequence[Job]) -> list[JobPublic]:
+    """The jobs as the API shows them, with their owners' and teams' names."""
+    owners, teams = await job_listing.owner_and_team_names(session, jobs)
+    return [JobPublic.of(job, owners[job.owner_id], teams[job.team_id]) for job in jobs]
 
 
 async def list_jobs(
     session: AsyncSession, user: Principal, search: JobSearch, page: PageRequest
 ) -> JobList:
-    """A page of the jobs `search` describes, newest first."""
+    """A page of the jobs `search` describes among those the user sees, newest first."""
     after = job_position(page.cursor) if page.cursor is not None else None
-    states = parse_states(search.states)
-    owner_name = owner_name_to_list(user, search.owner)
-    owner_id = await _owner_id(session, user, owner_name)
-    if owner_name is None or owner_id is None:
+    parse_states(search.states)
+    wanted = await _filter(session, user, search)
+    if wanted is None:
         return JobList(jobs=[], next=None)
-    wanted = job_listing.JobFilter(
-        owner_id=owner_id,
-        states=states,
-        name_contains=search.name,
-        created_before=search.created_before,
-        created_after=search.created_after,
-    )
     rows = await job_listing.jobs_after(session, wanted, after, page.limit + 1)
     jobs, more = split_page(rows, page.limit)
     return JobList(
-        jobs=[JobPublic.of(job, owner_name) for job in jobs],
+        jobs=await public_jobs(session, jobs),
         next=job_cursor(jobs[-1].created_at, jobs[-1].id) if more else None,
     )
 
 
-async def job_events(
-    session: AsyncSession, user: Principal, job_id: str, page: PageRequest
-) -> EventList:
+async def job_events(session: AsyncSession, job_id: str, page: PageRequest) -> EventList:
     """A page of the job's events, oldest first."""
     after = event_position(page.cursor) if page.cursor is not None else None
-    await owned_job(session, user, job_id)
     rows = await job_listing.events_after(session, job_id, after, page.limit + 1)
     events, more = split_page(rows, page.limit)
     return EventList(

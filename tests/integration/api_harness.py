@@ -43,6 +43,13 @@ def make_zip(files: dict[str, bytes]) -> bytes:
 MODEL_ZIP = make_zip({"train.py": b"print('hello')\n"})
 
 
+@dataclass(frozen=True, eq=False)
+class ApiUser:
+    name: str
+    token: str
+    client: httpx.AsyncClient
+
+
 @dataclass
 class Harness:
     app: FastAPI
@@ -57,14 +64,35 @@ class Harness:
 
     async def new_user(self, name: str) -> httpx.AsyncClient:
         """A client for a new user; names get a random suffix as databases outlive tests."""
+        return (await self.add_user(name)).client
+
+    async def add_user(self, name: str, *, admin: bool = False) -> ApiUser:
+        """A new user (named `name` and a random suffix), their token and a client."""
         unique = f"{name}-{secrets.token_hex(4)}"
-        response = await self.admin.post("/v2/users", json={"name": unique})
+        response = await self.admin.post("/v2/users", json={"name": unique, "admin": admin})
         assert response.status_code == 201, response.text
-        return self.client(response.json()["token"])
+        token = response.json()["token"]
+        return ApiUser(unique, token, self.client(token))
+
+    async def add_team(self, name: str, members: dict[ApiUser, str]) -> str:
+        """A new team (named `name` and a random suffix) with these members and roles."""
+        unique = f"{name}-{secrets.token_hex(4)}"
+        made = await self.admin.post("/v2/teams", json={"name": unique})
+        assert made.status_code == 201, made.text
+        for user, role in members.items():
+            added = await self.admin.post(
+                f"/v2/teams/{unique}/members", json={"user": user.name, "role": role}
+            )
+            assert added.status_code == 201, added.text
+        return unique
 
 
 async def submit(
-    client: httpx.AsyncClient, manifest: bytes = MANIFEST, model: bytes = MODEL_ZIP
+    client: httpx.AsyncClient,
+    manifest: bytes = MANIFEST,
+    model: bytes = MODEL_ZIP,
+    *,
+    team: str | None = None,
 ) -> httpx.Response:
     return await client.post(
         "/v2/jobs",
@@ -72,6 +100,7 @@ async def submit(
             "manifest": ("manifest.yml", manifest, "application/x-yaml"),
             "model": ("model.zip", model, "application/zip"),
         },
+        data={"team": team} if team is not None else None,
     )
 
 

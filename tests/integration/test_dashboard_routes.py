@@ -61,10 +61,13 @@ def test_every_module_the_shell_loads_is_in_the_package() -> None:
 
 async def test_a_token_says_whose_it_is(api: Harness) -> None:
     me = await api.admin.get("/v2/users/me")
-    assert me.status_code == 200 and me.json() == {"name": "admin", "admin": True}
+    own_team = {"team": "admin", "role": "team_admin", "personal": True}
+    assert me.status_code == 200
+    assert me.json() == {"name": "admin", "admin": True, "teams": [own_team]}
     async with await api.new_user("carol") as carol:
         mine = (await carol.get("/v2/users/me")).json()
         assert mine["name"].startswith("carol-") and mine["admin"] is False
+        assert mine["teams"] == [{"team": mine["name"], "role": "team_admin", "personal": True}]
     async with api.client("dlaas_nobody-has-this-token") as stranger:
         refused = await stranger.get("/v2/users/me")
         assert refused.status_code == 401 and refused.json()["field"] == "Authorization"

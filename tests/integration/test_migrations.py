@@ -1,8 +1,9 @@
 """The Alembic migrations build the schema the models describe, on SQLite and PostgreSQL,
-and carry an existing database forward without losing its rows."""
+and carry an existing database forward without losing its rows (or its users' tokens)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +13,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
 
-from storage.db import sync_url
+from storage.api_tokens import hash_token
+from storage.db import make_engine, make_sessionmaker, sync_url
 from storage.migrate import alembic_config, upgrade
 from storage.models import Base
+from storage.users import user_by_token
 from tests.services import PostgresServer
 
 
@@ -77,4 +80,70 @@ def test_a_database_of_the_first_schema_upgrades_with_its_rows(empty_database_ur
     command.downgrade(alembic_config(empty_database_url), "base")
     with engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) <= {"alembic_version"}
+    engine.dispose()
+
+
+def test_0009_gives_each_user_a_team_of_their_own_and_keeps_their_token(
+    empty_database_url: str,
+) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0008")
+    engine = create_engine(sync_url(empty_database_url), poolclass=pool.NullPool)
+    token = "dlaas_a-token-from-before-teams"
+    with engine.begin() as conn:
+        for user_id, name, token_hash in ((1, "ana", hash_token(token)), (2, "bo", "b" * 64)):
+            conn.execute(
+                text(
+                    "INSERT INTO users (id, name, token_hash, is_admin, created_at) "
+                    "VALUES (:id, :name, :hash, false, CURRENT_TIMESTAMP)"
+                ),
+                {"id": user_id, "name": name, "hash": token_hash},
+            )
+        for job_id, owner in (("job-a", 1), ("job-b", 2), ("job-c", 1)):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, owner_id, name, state, reason, desired, learners,"
+                    " attempt, restarts, manifest, created_at, updated_at, results_bytes)"
+                    " VALUES (:id, :owner, 'j', 'RUNNING', '', 'run', 1, 1, 0, '{}',"
+                    " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0)"
+                ),
+                {"id": job_id, "owner": owner},
+            )
+
+    upgrade(empty_database_url)
+
+    with engine.connect() as conn:
+        teams = conn.execute(
+            text("SELECT id, name, personal_user_id FROM teams ORDER BY name")
+        ).all()
+        assert [(name, user) for _, name, user in teams] == [("ana", 1), ("bo", 2)]
+        team_of = {user: team_id for team_id, _, user in teams}
+        roles = conn.execute(text("SELECT team_id, user_id, role FROM memberships")).all()
+        assert sorted(roles) == sorted((team_of[u], u, "team_admin") for u in (1, 2))
+        jobs = {job: team for job, team in conn.execute(text("SELECT id, team_id FROM jobs"))}
+        assert jobs == {"job-a": team_of[1], "job-b": team_of[2], "job-c": team_of[1]}
+        tokens = conn.execute(
+            text("SELECT user_id, name, token_hash, revoked_at, expires_at FROM api_tokens")
+        ).all()
+        assert sorted(tuple(t) for t in tokens) == [
+            (1, "default", hash_token(token), None, None),
+            (2, "default", "b" * 64, None, None),
+        ]
+
+    async def holder() -> str | None:
+        db = make_engine(empty_database_url)
+        try:
+            async with make_sessionmaker(db)() as session:
+                user = await user_by_token(session, token)
+                return None if user is None else user.name
+        finally:
+            await db.dispose()
+
+    assert asyncio.run(holder()) == "ana", "a token from before teams no longer works"
+
+    command.downgrade(config, "0008")
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT name, token_hash FROM users ORDER BY name")).all()
+        assert [tuple(row) for row in kept] == [("ana", hash_token(token)), ("bo", "b" * 64)]
+        assert "team_id" not in {c["name"] for c in inspect(conn).get_columns("jobs")}
     engine.dispose()

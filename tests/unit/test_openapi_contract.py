@@ -46,6 +46,13 @@ def test_each_operation_declares_the_statuses_it_can_give(document: dict[str, An
     assert {"400", "404"} <= declared["GET /v2/jobs/{job_id}/logs"]
     assert {"400", "403", "409"} <= declared["POST /v2/users"]
     assert "404" not in declared["GET /v2/jobs"]
+    # a 403 where the permission table lets a caller who sees the job or team be too weak
+    assert "403" in declared["POST /v2/jobs/{job_id}/halt"]
+    assert "403" in declared["POST /v2/teams/{team}/members"]
+    assert "403" in declared["POST /v2/jobs"] and "404" in declared["POST /v2/jobs"]
+    assert "403" not in declared["GET /v2/jobs/{job_id}"]
+    assert "403" not in declared["GET /v2/tokens"]
+    assert {"404", "409"} <= declared["DELETE /v2/teams/{team}/members/{user}"]
     retry_after = operations["GET /v2/jobs"]["responses"]["429"]["headers"]["Retry-After"]
     assert retry_after["required"] is True
 

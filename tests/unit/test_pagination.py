@@ -20,9 +20,11 @@ from api.pagination import (
     listing_cursor,
     split_page,
 )
-from api.services.lists import owner_name_to_list, parse_states
+from api.services.lists import parse_states, visible_team_ids
 from storage.job_listing import JobPosition
 from storage.job_states import JobState
+from storage.roles import Role
+from storage.teams import TeamRole
 
 
 def test_cursors_give_back_the_position_they_hold() -> None:
@@ -108,17 +110,11 @@ def test_parse_states_names_the_field_and_the_states() -> None:
     assert "'running'" in refusal.value.detail and "QUEUED" in refusal.value.detail
 
 
-@pytest.mark.parametrize(
-    ("admin", "asked", "listed"),
-    [
-        (False, None, "ana"),
-        (False, "ana", "ana"),
-        (False, "bob", None),
-        (True, None, "ana"),
-        (True, "bob", "bob"),
-    ],
-)
-def test_only_an_admin_lists_another_owners_jobs(
-    admin: bool, asked: str | None, listed: str | None
-) -> None:
-    assert owner_name_to_list(Principal(id=1, name="ana", is_admin=admin), asked) == listed
+def test_a_user_sees_the_jobs_of_their_teams_and_an_admin_every_teams() -> None:
+    teams = (
+        TeamRole(1, "ana", Role.TEAM_ADMIN, personal=True),
+        TeamRole(7, "vision", Role.VIEWER, personal=False),
+    )
+    assert visible_team_ids(Principal(1, "ana", is_admin=False, teams=teams)) == {1, 7}
+    assert visible_team_ids(Principal(1, "ana", is_admin=False)) == frozenset()
+    assert visible_team_ids(Principal(1, "ana", is_admin=True, teams=teams)) is None

@@ -1,0 +1,67 @@
+"""API tokens behind the routes: a user makes, lists and revokes their own; a platform
+admin lists and revokes anyone's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.errors import Conflict, NotFound
+from api.pagination import PageRequest, id_cursor, id_position, split_page
+from api.schemas import Revoked, TokenCreated, TokenList, TokenPublic
+from api.services.teams import check_name
+from storage import api_tokens as repo
+from storage.models import User, utcnow
+from storage.users import user_by_name
+
+
+async def create_token(
+    session: AsyncSession, user_id: int, name: str, expires_in_s: int | None
+) -> TokenCreated:
+    check_name(name)
+    expires_at = None if expires_in_s is None else utcnow() + timedelta(seconds=expires_in_s)
+    try:
+        row, secret = await repo.create_token(session, user_id, name, expires_at=expires_at)
+        await session.commit()
+    except IntegrityError:
+        raise Conflict(
+            f"you have a token named {name!r} already: pick another name, or revoke it first "
+            f"with `dlaas token revoke {name}`",
+            field="name",
+        ) from None
+    return TokenCreated(**TokenPublic.of(row).model_dump(), token=secret)
+
+
+async def list_tokens(session: AsyncSession, user_id: int, page: PageRequest) -> TokenList:
+    """The user's tokens not revoked, oldest first (expired ones included: their
+    `expires_at` says so)."""
+    after = id_position("tokens", page.cursor) if page.cursor is not None else None
+    rows = await repo.live_tokens_after(session, user_id, after, page.limit + 1)
+    tokens, more = split_page(rows, page.limit)
+    return TokenList(
+        tokens=[TokenPublic.of(token) for token in tokens],
+        next=id_cursor("tokens", tokens[-1].id) if more else None,
+    )
+
+
+async def revoke_token(session: AsyncSession, user_id: int, name_or_id: str) -> Revoked:
+    """Revoke the token at once: every API worker refuses it within `api.auth.CACHE_TTL_S`."""
+    token = await repo.live_token(session, user_id, name_or_id)
+    if token is None:
+        raise NotFound(
+            f"no token {name_or_id!r} that is not revoked already; `dlaas token list` shows "
+            "them by name and id",
+            field="name_or_id",
+        )
+    await repo.revoke(session, token)
+    await session.commit()
+    return Revoked(id=token.id, name=token.name)
+
+
+async def user_named(session: AsyncSession, name: str) -> User:
+    user = await user_by_name(session, name)
+    if user is None:
+        raise NotFound(f"no user {name!r}; `dlaas user list` shows them", field="user")
+    return user
