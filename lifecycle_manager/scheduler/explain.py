@@ -88,8 +88,11 @@ def behind_reservation_reason(holder: str, priority: int, product: str | None) -
 
 
 def preempting_reason(victims: list[RunningJob], claimed: list[RunningJob]) -> str:
+    jobs = victims or claimed
+    ids = ", ".join(job.id for job in jobs)
+    one = len(jobs) == 1
+    stops = "it checkpoints and stops" if one else "they checkpoint and stop"
     if victims:
-        ids = ", ".join(v.id for v in victims)
-        return f"preempting {ids} to make room; starts once they checkpoint and stop"
-    ids = ", ".join(v.id for v in claimed)
-    return f"waiting for {ids} to checkpoint and stop; their room goes to this job"
+        return f"preempting {ids} to make room; starts once {stops}"
+    whose = "its" if one else "their"
+    return f"waiting for {ids} to checkpoint and stop; {whose} room goes to this job"

@@ -305,6 +305,13 @@ class _Pass:
                 pool = gpu_key(product)
                 free_by_pool[pool] = free_by_pool.get(pool, 0) + self.free.gpus[i]
             free_by_pool[CPUS] = free_by_pool.get(CPUS, 0) + self.free.millicpus[i]
+        # held room is free room too, promised to the head, which comes first in the queue
+        for held in self.reservations.values():
+            for i, (gpus, millicpus, _) in held.holds.items():
+                product = self.free.product[i]
+                if product is not None:
+                    free_by_pool[gpu_key(product)] += gpus
+                free_by_pool[CPUS] += millicpus
         releases = [
             (_pool(h.gang, h.gpu_product), h.end, _pool_amount(h.gang)) for h in self._holders()
         ]
