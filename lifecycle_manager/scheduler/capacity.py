@@ -31,13 +31,16 @@ class FitCheck:
         self._known: dict[Gang, tuple[str, str] | None] = {}
 
     def refusal(self, job: PendingJob) -> Refusal | None:
-        gang = job.gang
-        if gang not in self._known:
-            self._known[gang] = self._why_not(gang)
-        found = self._known[gang]
+        found = self.why_not(job.gang)
         return None if found is None else Refusal(job.id, found[0], found[1])
 
-    def _why_not(self, gang: Gang) -> tuple[str, str] | None:
+    def why_not(self, gang: Gang) -> tuple[str, str] | None:
+        """None if the gang fits the empty cluster, else the field to change and why."""
+        if gang not in self._known:
+            self._known[gang] = self._work_out(gang)
+        return self._known[gang]
+
+    def _work_out(self, gang: Gang) -> tuple[str, str] | None:
         typed = list(self._types)
         if gang.gpus:
             typed = [t for t in typed if t.gpu_product is not None]

@@ -43,7 +43,7 @@ class Preemption:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a pass builds one per waiting job, and frozen costs 3x
 class Waiting:
     """A job that stays queued: its place among the waiting jobs (1 = next), why, and
     when it is expected to start (None when no estimate can be given)."""

@@ -11,57 +11,48 @@ where backfill lets it go ahead, earlier. A job after one whose start cannot be 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable
 
 
-@dataclass(frozen=True, slots=True)
-class PoolDemand:
-    pool: str
-    amount: int
-    runtime_s: float | None
-    known_start: float | None = None  # a start already worked out (the reservation's)
+class StartEstimator:
+    """Asked for each waiting job in queue order, answers its estimated start."""
 
+    def __init__(
+        self, free: dict[str, int], releases: Iterable[tuple[str, float, int]], now: float
+    ) -> None:
+        """`free`: each pool's free amount now; `releases`: (pool, end, amount) of the jobs
+        holding room (end math.inf when unknown)."""
+        self._now = now
+        self._ends: dict[str, list[tuple[float, int]]] = {}
+        for pool, end, amount in releases:
+            if not math.isinf(end):
+                self._ends.setdefault(pool, []).append((max(end, now), amount))
+        for heap in self._ends.values():
+            heapq.heapify(heap)
+        self._available = dict(free)
+        self._clock: dict[str, float | None] = {}
 
-def estimate_starts(
-    demands: Sequence[PoolDemand],
-    free: dict[str, int],
-    releases: Iterable[tuple[str, float, int]],
-    now: float,
-) -> list[float | None]:
-    """For each demand in queue order, its estimated start (None if unknown).
-
-    `free` is each pool's free amount now; `releases` are (pool, end, amount) of running
-    jobs (end math.inf when unknown).
-    """
-    ends: dict[str, list[tuple[float, int]]] = {}
-    for pool, end, amount in releases:
-        if end != float("inf"):
-            ends.setdefault(pool, []).append((max(end, now), amount))
-    for heap in ends.values():
-        heapq.heapify(heap)
-    available = dict(free)
-    clock: dict[str, float | None] = {}
-    starts: list[float | None] = []
-    for demand in demands:
-        pool = demand.pool
-        heap = ends.setdefault(pool, [])
-        start = clock.get(pool, now)
-        have = available.get(pool, 0)
-        while start is not None and have < demand.amount:
+    def start(
+        self, pool: str, amount: int, runtime_s: float | None, known_start: float | None = None
+    ) -> float | None:
+        """The next job's start; `known_start` is one worked out already (a reservation's)."""
+        start = self._clock.get(pool, self._now)
+        have = self._available.get(pool, 0)
+        heap = self._ends.get(pool)
+        while start is not None and have < amount:
             if not heap:
                 start = None
                 break
-            end, amount = heapq.heappop(heap)
-            have += amount
+            end, freed = heapq.heappop(heap)
+            have += freed
             start = max(start, end)
         if start is not None:
-            have -= demand.amount
-            if demand.known_start is not None:
-                start = max(start, demand.known_start)
-            if demand.runtime_s is not None:
-                heapq.heappush(heap, (start + demand.runtime_s, demand.amount))
-        available[pool] = have
-        clock[pool] = start
-        starts.append(start)
-    return starts
+            have -= amount
+            if known_start is not None:
+                start = max(start, known_start)
+            if runtime_s is not None:
+                heapq.heappush(self._ends.setdefault(pool, []), (start + runtime_s, amount))
+        self._available[pool] = have
+        self._clock[pool] = start
+        return start

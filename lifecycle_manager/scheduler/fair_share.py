@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from lifecycle_manager.scheduler.model import ClusterSnapshot, Node, PendingJob
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, Node, PendingJob
 from lifecycle_manager.scheduler.quota import (
     CPUS,
     MEMORY,
@@ -56,7 +56,8 @@ def order_jobs(
     by_team: dict[str, list[PendingJob]] = defaultdict(list)
     for job in jobs:
         by_team[job.team].append(job)
-    keyed: list[tuple[bool, int, float, float, str, PendingJob]] = []
+    keyed: list[tuple[bool, int, float, float, str, int]] = []
+    ordered: list[PendingJob] = []
     for team, queued in by_team.items():
         account = ledger.accounts[team]
         cap = account.team.max_priority
@@ -66,18 +67,36 @@ def order_jobs(
         default_product = (products_by_headroom(account, gpu_products) or [None])[0]
         used = dict(account.used)
         share = dominant_share(used, totals)
+        # per gang: (resource, amount, the cluster's total of it or 0, the team's nominal)
+        charges: dict[Gang, list[tuple[str, int, float, float]]] = {}
         for job in queued:
-            borrowing = False
-            for key, amount in need_of(job.gang, job.gang.gpu_product or default_product):
-                used[key] = used.get(key, 0) + amount
-                borrowing = borrowing or used[key] > account.nominal_of(key)
-                if key in totals:
-                    share = max(share, used[key] / totals[key])
+            charge = charges.get(job.gang)
+            if charge is None:
+                charge = charges[job.gang] = [
+                    (key, amount, totals.get(key, 0.0), account.nominal_of(key))
+                    for key, amount in need_of(job.gang, job.gang.gpu_product or default_product)
+                ]
+            borrows = False
+            for key, amount, total, nominal in charge:
+                now_used = used.get(key, 0) + amount
+                used[key] = now_used
+                if now_used > nominal:
+                    borrows = True
+                if total and now_used / total > share:
+                    share = now_used / total
             keyed.append(
-                (borrowing, -min(job.priority, cap), share / weight, job.submitted_at, job.id, job)
+                (
+                    borrows,
+                    -min(job.priority, cap),
+                    share / weight,
+                    job.submitted_at,
+                    job.id,
+                    len(ordered),
+                )
             )
-    keyed.sort(key=lambda k: k[:5])
-    return [k[5] for k in keyed]
+            ordered.append(job)
+    keyed.sort()
+    return [ordered[k[5]] for k in keyed]
 
 
 def queue_order(cluster: ClusterSnapshot) -> list[PendingJob]:

@@ -70,47 +70,51 @@ def plan_room(
     priority: int,
     product: str | None,
     free: FreeCapacity,
-    ledger: QuotaLedger,
+    planned: QuotaLedger,
     index: RunningIndex,
     shares: Mapping[str, float],
+    own_team_only: bool = False,
 ) -> Plan | None:
-    """The fewest, most preferred jobs whose room lets `job` start, or None."""
+    """The fewest, most preferred jobs whose room lets `job` start, or None.
+
+    `planned` is the teams' usage once earlier plans of the pass have played out (their
+    victims gone); a plan found here is played out in it too: its victims leave it.
+    """
     need = need_of(job.gang, product)
     resource = _resource(job.gang.gpus, product)
-    account = ledger.accounts[job.team]
-    reclaims = account.within_nominal(need)
-    candidates = _candidates(job, priority, resource, reclaims, ledger, index, shares)
-    chosen: list[tuple[RunningJob, str]] = []
-    released: list[RunningJob] = []
-    try:
-        for victim, reason in candidates:
-            if not _still_borrowing(victim, job, resource, ledger):
-                continue
-            chosen.append((victim, reason))
-            _release(victim, free, ledger)
-            released.append(victim)
-            if _fits(job, product, need, free, ledger):
-                break
-        else:
-            return None
-        for victim, reason in reversed(chosen[:-1]):
-            _restore(victim, free, ledger)
-            released.remove(victim)
-            if _fits(job, product, need, free, ledger):
-                chosen.remove((victim, reason))
-            else:
-                _release(victim, free, ledger)
-                released.append(victim)
-    finally:
-        for victim in released:
-            _restore(victim, free, ledger)
-    _hold_free_part(job, product, chosen, free)
-    for victim, _ in chosen:
-        index.taken.add(victim.id)
+    reclaims = planned.accounts[job.team].within_nominal(need)
+    chosen: list[Victim] = []
+    candidates = _candidates(job, priority, resource, reclaims, planned, index, shares)
+    if own_team_only:
+        candidates = _own_team(job, priority, resource, index)
+    for candidate, why in candidates:
+        if not _still_borrowing(candidate, job, resource, planned):
+            continue
+        chosen.append(Victim(candidate, _reason(why, candidate, job, priority)))
+        _release(candidate, free, planned)
+        if _fits(job, product, need, free, planned):
+            break
+    else:
+        for victim in chosen:
+            _restore(victim.job, free, planned)
+        return None
+    # drop the victims the job can do without, the least preferred first
+    needed = [chosen[-1]]
+    for victim in reversed(chosen[:-1]):
+        _restore(victim.job, free, planned)
+        if not _fits(job, product, need, free, planned):
+            _release(victim.job, free, planned)
+            needed.append(victim)
+    needed.reverse()
+    _hold_free_part(job, product, [v.job for v in needed], free)
+    index.taken.update(v.job.id for v in needed)
     return Plan(
-        tuple(Victim(v, reason) for v, reason in chosen if not v.stopping),
-        tuple(v for v, _ in chosen if v.stopping),
+        tuple(v for v in needed if not v.job.stopping),
+        tuple(v.job for v in needed if v.job.stopping),
     )
+
+
+_STOPPING, _RECLAIM, _OUTRANKED_BORROWER, _OUTRANKED_TEAMMATE = range(4)
 
 
 def _candidates(
@@ -121,11 +125,12 @@ def _candidates(
     ledger: QuotaLedger,
     index: RunningIndex,
     shares: Mapping[str, float],
-) -> Iterator[tuple[RunningJob, str]]:
+) -> Iterator[tuple[RunningJob, int]]:
+    """Possible victims in order of preference, each with why it may be taken."""
     taken = index.taken
     for stopping in index.stopping:
         if stopping.id not in taken:
-            yield stopping, "already stopping"
+            yield stopping, _STOPPING
     borrowing_teams = [
         team
         for team, account in ledger.accounts.items()
@@ -135,28 +140,39 @@ def _candidates(
     def lendable(team: str) -> Iterator[tuple[int, float, float, float, str, RunningJob]]:
         share = -shares.get(team, 0.0)
         for prio, lost, newest, job_id, victim in index.of(resource, team):
-            if job_id not in taken and (reclaims or prio < priority):
+            if not reclaims and prio >= priority:
+                return  # sorted by priority: no lower one follows
+            if job_id not in taken:
                 yield prio, lost, share, newest, job_id, victim
 
+    why = _RECLAIM if reclaims else _OUTRANKED_BORROWER
     for entry in heapq.merge(*(lendable(t) for t in borrowing_teams), key=lambda e: e[:5]):
-        victim = entry[5]
-        yield victim, _borrowed_reason(victim, job, priority, resource, reclaims)
+        yield entry[5], why
+    yield from _own_team(job, priority, resource, index)
+
+
+def _own_team(
+    job: PendingJob, priority: int, resource: str, index: RunningIndex
+) -> Iterator[tuple[RunningJob, int]]:
     for prio, _, _, job_id, victim in index.of(resource, job.team):
         if prio >= priority:
-            break
-        if job_id not in taken:
-            yield (
-                victim,
-                (f"job {job.id} of the same team has priority {priority}, above this job's {prio}"),
-            )
+            return
+        if job_id not in index.taken:
+            yield victim, _OUTRANKED_TEAMMATE
 
 
-def _borrowed_reason(
-    victim: RunningJob, job: PendingJob, priority: int, resource: str, reclaims: bool
-) -> str:
+def _reason(why: int, victim: RunningJob, job: PendingJob, priority: int) -> str:
+    if why == _STOPPING:
+        return "already stopping"
+    if why == _OUTRANKED_TEAMMATE:
+        return (
+            f"job {job.id} of the same team has priority {priority}, "
+            f"above this job's {victim.priority}"
+        )
+    resource = _resource(victim.gang.gpus, victim.gpu_product)
     what = f"{resource.removeprefix('gpus:')} GPUs" if resource.startswith("gpus:") else "CPUs"
     over = f"team {victim.team} is borrowing {what} beyond its nominal quota"
-    if reclaims:
+    if why == _RECLAIM:
         return f"{over}; team {job.team} reclaims its own quota for job {job.id}"
     return (
         f"{over}; job {job.id} of team {job.team} has priority {priority}, "
@@ -192,30 +208,29 @@ def _restore(job: RunningJob, free: FreeCapacity, ledger: QuotaLedger) -> None:
 def _fits(
     job: PendingJob, product: str | None, need: Need, free: FreeCapacity, ledger: QuotaLedger
 ) -> bool:
-    if ledger.block(job.team, need) is not None:
+    gang = job.gang
+    if free.room_for(product, gang.gpus) < gang.learners or ledger.block(job.team, need):
         return False
-    placement = free.place(job.gang, product)
+    placement = free.place(gang, product)
     if placement is None:
         return False
-    g, c, m = job.gang.gpus, job.gang.millicpus, job.gang.memory
     for name in placement.nodes:
-        free.give(free.index[name], g, c, m)
+        free.give(free.index[name], gang.gpus, gang.millicpus, gang.memory)
     return True
 
 
 def _hold_free_part(
-    job: PendingJob, product: str | None, chosen: list[tuple[RunningJob, str]], free: FreeCapacity
+    job: PendingJob, product: str | None, victims: list[RunningJob], free: FreeCapacity
 ) -> None:
     """Keep the room free now that the job's planned placement needs, so that nobody else
-    takes it while the victims stop."""
-    for victim, _ in chosen:
-        _give_room(victim, free, 1)
+    takes it while the victims stop. On entry `free` counts the victims' room as free; on
+    return it no longer does."""
     placement = free.place(job.gang, product)
     if placement is not None:
         for name in placement.nodes:
             free.give(free.index[name], job.gang.gpus, job.gang.millicpus, job.gang.memory)
-    for victim, _ in chosen:
-        _give_room(victim, free, -1)
+    for victim in victims:
+        _give_room(victim, free, -1)  # their room stays taken until they stop
     if placement is None:
         return
     need: dict[int, list[int]] = {}

@@ -8,6 +8,8 @@ nominal quotas (what one team borrows is what another leaves idle). Resources ar
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ def gpu_key(product: str | None) -> str:
     return f"gpus:{product}"
 
 
+@functools.lru_cache(maxsize=4096)
 def need_of(gang: Gang, product: str | None) -> Need:
     """What a job placed on `product` counts against its team's quota."""
     need: list[tuple[str, int]] = [(JOBS, 1)]
@@ -68,6 +71,11 @@ class TeamAccount:
             self.ceiling.setdefault(key, value)
         self.used: dict[str, float] = {}
 
+    def copy(self) -> TeamAccount:
+        twin = copy.copy(self)
+        twin.used = dict(self.used)
+        return twin
+
     def nominal_of(self, key: str) -> float:
         return self.nominal.get(key, 0)
 
@@ -95,6 +103,13 @@ class QuotaLedger:
         for job in running:
             if job.team in self.accounts:
                 self.add(job.team, need_of(job.gang, job.gpu_product))
+
+    def copy(self) -> QuotaLedger:
+        """A ledger that changes apart from this one from now on."""
+        twin = copy.copy(self)
+        twin.accounts = {name: account.copy() for name, account in self.accounts.items()}
+        twin.cohort_used = dict(self.cohort_used)
+        return twin
 
     def add(self, team: str, need: Need, sign: int = 1) -> None:
         used = self.accounts[team].used

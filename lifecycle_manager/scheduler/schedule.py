@@ -20,7 +20,6 @@ the remaining jobs cost a few dictionary lookups each.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from lifecycle_manager.scheduler.backfill import Release, Reservation, reserve
@@ -33,7 +32,7 @@ from lifecycle_manager.scheduler.decisions import (
     WaitCause,
     Waiting,
 )
-from lifecycle_manager.scheduler.estimate import PoolDemand, estimate_starts
+from lifecycle_manager.scheduler.estimate import StartEstimator
 from lifecycle_manager.scheduler.explain import (
     behind_reservation_reason,
     holds_reservation_reason,
@@ -41,28 +40,19 @@ from lifecycle_manager.scheduler.explain import (
     quota_reason,
 )
 from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, order_jobs
+from lifecycle_manager.scheduler.job_shapes import GangFacts, TeamShape
 from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob
-from lifecycle_manager.scheduler.placement import FreeCapacity, Placement, candidate_products
+from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
 from lifecycle_manager.scheduler.preemption import RunningIndex, plan_room
 from lifecycle_manager.scheduler.quota import (
     CPUS,
-    MEMORY,
+    Need,
     QuotaBlock,
     QuotaLedger,
     gpu_key,
     need_of,
     products_by_headroom,
 )
-
-_FIELD_OF_RESOURCE = {CPUS: "cpus", MEMORY: "memory"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Blocked:
-    """Why a job did not start on one product: its quota, or no room."""
-
-    product: str | None
-    quota: QuotaBlock | None
 
 
 class _Pass:
@@ -81,25 +71,26 @@ class _Pass:
         self.reservations: dict[str | None, Reservation] = {}
         self.admitted: list[tuple[Admission, PendingJob]] = []
         self.preemptions: list[Preemption] = []
-        self.victims: set[str] = set()
         self.refusals: list[Refusal] = []
-        self.waiting: list[tuple[PendingJob, WaitCause, str, str | None]] = []
-        self._index: RunningIndex | None = None
+        # (job, its gang's facts, cause, reason, the product it waits for)
+        self.waiting: list[tuple[PendingJob, GangFacts, WaitCause, str, str | None]] = []
+        self._fit = FitCheck(cluster.nodes)
+        self._gangs: dict[Gang, GangFacts] = {}
+        self._shapes: dict[tuple[str, Gang], TeamShape] = {}
         self._team_admissions: dict[str, int] = {}
-        self._quota_memo: dict[tuple[str, int, tuple[tuple[str, int], ...]], QuotaBlock] = {}
-        self._no_room: set[tuple[str | None, Gang, bool]] = set()
-        self._no_victims: set[tuple[str, str | None, Gang, int]] = set()
+        self._index: RunningIndex | None = None
+        self._planned: QuotaLedger | None = None
+        self._room_tried: set[tuple[str, str | None]] = set()
 
     # -- the pass --------------------------------------------------------------------------
 
     def run(self) -> SchedulePass:
-        fit = FitCheck(self.cluster.nodes)
         queued: list[PendingJob] = []
         for job in self.cluster.pending:
             if job.team not in self.ledger.accounts:
                 self.refusals.append(Refusal(job.id, "team", f"team {job.team} does not exist"))
                 continue
-            refusal = fit.refusal(job) or self._beyond_ceiling(job)
+            refusal = self._shape(job).refusal(job.id)
             if refusal is not None:
                 self.refusals.append(refusal)
                 continue
@@ -109,7 +100,7 @@ class _Pass:
             for name, account in self.ledger.accounts.items()
         }
         for job in order_jobs(queued, self.ledger, self.totals, list(self.gpu_products)):
-            self._consider(job)
+            self._consider(job, self._shapes[(job.team, job.gang)])
         return SchedulePass(
             tuple(admission for admission, _ in self.admitted),
             tuple(self.preemptions),
@@ -117,99 +108,108 @@ class _Pass:
             tuple(self.refusals),
         )
 
-    def _consider(self, job: PendingJob) -> None:
+    def _shape(self, job: PendingJob) -> TeamShape:
+        key = (job.team, job.gang)
+        shape = self._shapes.get(key)
+        if shape is None:
+            facts = self._gangs.get(job.gang)
+            if facts is None:
+                facts = GangFacts(job.gang, self.gpu_products, self._fit.why_not(job.gang))
+                self._gangs[job.gang] = facts
+            shape = self._shapes[key] = TeamShape(job.team, facts, self.ledger)
+        return shape
+
+    def _consider(self, job: PendingJob, shape: TeamShape) -> None:
+        facts = shape.facts
+        admissions = self._team_admissions.get(job.team, 0)
+        quota_wait = shape.quota_wait
+        if quota_wait is not None and quota_wait[0] == admissions:
+            self.waiting.append((job, facts, quota_wait[1], quota_wait[2], quota_wait[3]))
+            return
         account = self.ledger.accounts[job.team]
-        priority = min(job.priority, account.team.max_priority)
-        products = candidate_products(job.gang, self.gpu_products)
+        products = facts.products
         if len(products) > 1:
             products = products_by_headroom(account, products)
-        blocked: list[_Blocked] = []
+        quota_blocked: list[tuple[str | None, QuotaBlock]] = []
+        no_room: list[str | None] = []
         for product in products:
-            need = need_of(job.gang, product)
-            block = self._quota_block(job.team, need)
+            need = facts.needs[product]
+            block = self._quota_block(job.team, shape, product, need)
             if block is not None:
-                blocked.append(_Blocked(product, block))
+                quota_blocked.append((product, block))
                 continue
-            placement, backfilled = self._place(job, product)
+            placement, backfilled = self._place(job, facts, product)
             if placement is not None:
                 self._admit(job, placement, need, backfilled)
                 return
-            blocked.append(_Blocked(product, None))
-        # explain and act on the product the job came closest on: room, then quota
-        first = next((b for b in blocked if b.quota is None), blocked[0])
-        if self._make_room(job, priority, first.product):
+            no_room.append(product)
+        priority = min(job.priority, account.team.max_priority)
+        # act on and explain the product the job came closest on: room, then quota
+        if no_room:
+            product = no_room[0]
+            if self._make_room(job, facts, priority, product, own_team_only=False):
+                return
+            self._wait_for_room(job, facts, priority, product)
             return
-        if first.quota is not None:
-            cause = WaitCause.NO_IDLE_QUOTA if first.quota.no_idle_quota else WaitCause.TEAM_QUOTA
-            self.waiting.append((job, cause, quota_reason(job.gang, first.quota), first.product))
+        product, block = quota_blocked[0]
+        # past its own ceiling, only the team's own lower-priority jobs can make room
+        if self._make_room(job, facts, priority, product, own_team_only=not block.no_idle_quota):
             return
-        held = self.reservations.get(first.product)
+        cause = WaitCause.NO_IDLE_QUOTA if block.no_idle_quota else WaitCause.TEAM_QUOTA
+        reason = shape.reasons.get(id(block))
+        if reason is None:
+            reason = shape.reasons[id(block)] = quota_reason(job.gang, block)
+        shape.quota_wait = (self._team_admissions.get(job.team, 0), cause, reason, product)
+        self.waiting.append((job, facts, cause, reason, product))
+
+    def _wait_for_room(
+        self, job: PendingJob, facts: GangFacts, priority: int, product: str | None
+    ) -> None:
+        held = self.reservations.get(product)
         if held is None:
             held = reserve(
-                job.id,
-                priority,
-                job.gang,
-                first.product,
-                self.free,
-                self._releases(),
-                self.now,
+                job.id, priority, job.gang, product, self.free, self._releases(), self.now
             )
-            self.reservations[first.product] = held
-            reason = holds_reservation_reason(job.gang, first.product, held.start)
-            self.waiting.append((job, WaitCause.CAPACITY, reason, first.product))
+            self.reservations[product] = held
+            reason = holds_reservation_reason(job.gang, product, held.start)
+            self.waiting.append((job, facts, WaitCause.CAPACITY, reason, product))
             return
-        reason = behind_reservation_reason(held.job_id, held.priority, first.product)
-        self.waiting.append((job, WaitCause.RESERVATION, reason, first.product))
+        reason = behind_reservation_reason(held.job_id, held.priority, product)
+        self.waiting.append((job, facts, WaitCause.RESERVATION, reason, product))
 
     # -- quota and room --------------------------------------------------------------------
 
-    def _beyond_ceiling(self, job: PendingJob) -> Refusal | None:
-        """Refuse a job that exceeds its team's nominal quota plus borrowing limit alone,
-        on every product it could use."""
-        resources = []
-        for product in candidate_products(job.gang, self.gpu_products):
-            resource = self.ledger.beyond_ceiling(job.team, need_of(job.gang, product))
-            if resource is None:
-                return None
-            resources.append(resource)
-        if not resources:
-            return None
-        resource = resources[0]
-        field = _FIELD_OF_RESOURCE.get(resource, "gpus" if resource.startswith("gpus") else "team")
-        ceiling = self.ledger.accounts[job.team].ceiling_of(resource)
-        return Refusal(
-            job.id,
-            field,
-            f"needs more {resource.removeprefix('gpus:')} than team {job.team} may ever use "
-            f"({ceiling:g}: its nominal quota plus borrowing limit)",
-        )
-
-    def _quota_block(self, team: str, need: tuple[tuple[str, int], ...]) -> QuotaBlock | None:
-        key = (team, self._team_admissions.get(team, 0), need)
-        block = self._quota_memo.get(key)
-        if block is None:
-            block = self.ledger.block(team, need)
-            if block is not None:
-                self._quota_memo[key] = block
+    def _quota_block(
+        self, team: str, shape: TeamShape, product: str | None, need: Need
+    ) -> QuotaBlock | None:
+        admissions = self._team_admissions.get(team, 0)
+        known = shape.blocks.get(product)
+        if known is not None and known[0] == admissions:
+            return known[1]
+        block = self.ledger.block(team, need)
+        if block is not None:
+            shape.blocks[product] = (admissions, block)
         return block
 
-    def _place(self, job: PendingJob, product: str | None) -> tuple[Placement | None, bool]:
+    def _place(
+        self, job: PendingJob, facts: GangFacts, product: str | None
+    ) -> tuple[Placement | None, bool]:
         """A placement in free room, or in held room for a job that ends in time; and
         whether it went ahead of a reservation."""
         held = self.reservations.get(product)
-        if (product, job.gang, False) not in self._no_room:
+        if (product, False) not in facts.no_room:
             placement = self.free.place(job.gang, product)
             if placement is not None:
                 return placement, held is not None
-            self._no_room.add((product, job.gang, False))
+            facts.no_room.add((product, False))
         runtime = job.estimated_runtime_s
         if held is None or runtime is None or not held.ends_in_time(self.now + runtime):
             return None, False
-        if (product, job.gang, True) in self._no_room:
+        if (product, True) in facts.no_room:
             return None, False
         placement = held.place_short(self.free, job.gang, product)
         if placement is None:
-            self._no_room.add((product, job.gang, True))
+            facts.no_room.add((product, True))
         return placement, placement is not None
 
     def _admit(
@@ -222,29 +222,56 @@ class _Pass:
         account = self.ledger.accounts[job.team]
         borrowed = not account.within_nominal(need)
         self.ledger.add(job.team, need)
+        if self._planned is not None:
+            self._planned.add(job.team, need)
         self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
         admission = Admission(
             job.id, job.team, placement.nodes, placement.gpu_product, borrowed, backfilled
         )
         self.admitted.append((admission, job))
 
-    def _make_room(self, job: PendingJob, priority: int, product: str | None) -> bool:
-        memo = (job.team, product, job.gang, priority)
-        if memo in self._no_victims:
+    def _make_room(
+        self,
+        job: PendingJob,
+        facts: GangFacts,
+        priority: int,
+        product: str | None,
+        own_team_only: bool,
+    ) -> bool:
+        """Preempt for the job, or claim jobs already stopping. Like a team's head in
+        Kueue, only a team's first job to find no room on a product tries, once a pass:
+        that bounds the work of a pass and the churn of preemption alike."""
+        attempt = (job.team, product)
+        if attempt in self._room_tried:
             return False
+        self._room_tried.add(attempt)
         if self._index is None:
             self._index = RunningIndex(self.cluster.running, self.now)
-        plan = plan_room(job, priority, product, self.free, self.ledger, self._index, self.shares)
+            self._planned = self.ledger.copy()
+        assert self._planned is not None
+        plan = plan_room(
+            job,
+            priority,
+            product,
+            self.free,
+            self._planned,
+            self._index,
+            self.shares,
+            own_team_only,
+        )
         if plan is None:
-            self._no_victims.add(memo)
             return False
+        # the job's quota is spoken for from now on, in what runs and in what is planned
+        need = need_of(job.gang, product)
+        self.ledger.add(job.team, need)
+        self._planned.add(job.team, need)
+        self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
         for victim in plan.victims:
-            self.victims.add(victim.job.id)
             self.preemptions.append(
                 Preemption(victim.job.id, victim.job.team, job.id, victim.reason)
             )
         reason = preempting_reason([v.job for v in plan.victims], list(plan.claimed))
-        self.waiting.append((job, WaitCause.PREEMPTING, reason, product))
+        self.waiting.append((job, facts, WaitCause.PREEMPTING, reason, product))
         return True
 
     # -- what running jobs will free -------------------------------------------------------
@@ -285,20 +312,6 @@ class _Pass:
     # -- estimates -------------------------------------------------------------------------
 
     def _waiting_with_estimates(self) -> tuple[Waiting, ...]:
-        demands = []
-        for job, cause, _, product in self.waiting:
-            held = self.reservations.get(product)
-            known = held.start if held is not None and held.job_id == job.id else None
-            if cause is WaitCause.PREEMPTING:
-                known = self.now
-            demands.append(
-                PoolDemand(
-                    _pool(job.gang, product),
-                    _pool_amount(job.gang),
-                    job.estimated_runtime_s,
-                    known,
-                )
-            )
         free_by_pool: dict[str, int] = {}
         for i, product in enumerate(self.free.product):
             if product is not None:
@@ -315,12 +328,29 @@ class _Pass:
         releases = [
             (_pool(h.gang, h.gpu_product), h.end, _pool_amount(h.gang)) for h in self._holders()
         ]
-        starts = estimate_starts(demands, free_by_pool, releases, self.now)
+        estimator = StartEstimator(free_by_pool, releases, self.now)
+        heads = {held.job_id: held.start for held in self.reservations.values()}
+        start = estimator.start
+        now = self.now
+        preempting = WaitCause.PREEMPTING
         return tuple(
-            Waiting(job.id, position, cause, reason, start)
-            for position, ((job, cause, reason, _), start) in enumerate(
-                zip(self.waiting, starts, strict=True), start=1
-            )
+            [
+                Waiting(
+                    job.id,
+                    position,
+                    cause,
+                    reason,
+                    start(
+                        facts.pools[product],
+                        facts.amount,
+                        job.estimated_runtime_s,
+                        now if cause is preempting else heads.get(job.id),
+                    ),
+                )
+                for position, (job, facts, cause, reason, product) in enumerate(
+                    self.waiting, start=1
+                )
+            ]
         )
 
 
