@@ -16,6 +16,7 @@ kept, so the set is minimal.
 from __future__ import annotations
 
 import heapq
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -45,6 +46,9 @@ class RunningIndex:
     def __init__(self, running: tuple[RunningJob, ...], now: float) -> None:
         self.stopping = [job for job in running if job.stopping]
         self.taken: set[str] = set()
+        # quota spoken for by the pass's earlier plans, per team and resource: a team is
+        # borrowing for what runs, not for what it is about to start
+        self.promised: dict[str, Counter[str]] = defaultdict(Counter)
         by_key: dict[tuple[str, str], list[tuple[int, float, float, str, RunningJob]]] = {}
         for job in running:
             if job.stopping:
@@ -52,12 +56,30 @@ class RunningIndex:
             lost = now - (job.last_checkpoint_at or job.started_at)
             key = (_resource(job.gang.gpus, job.gpu_product), job.team)
             by_key.setdefault(key, []).append((job.priority, lost, -job.started_at, job.id, job))
-        for entries in by_key.values():
+        self._lowest: dict[str, int] = {}
+        for (resource, _), entries in by_key.items():
             entries.sort(key=lambda e: e[:4])
+            self._lowest[resource] = min(entries[0][0], self._lowest.get(resource, entries[0][0]))
         self._by_key = by_key
 
     def of(self, resource: str, team: str) -> list[tuple[int, float, float, str, RunningJob]]:
         return self._by_key.get((resource, team), [])
+
+    def may_help(
+        self, job: PendingJob, priority: int, product: str | None, planned: QuotaLedger
+    ) -> bool:
+        """Whether any job could be taken for `job` at all: one already stopping, a
+        borrower's if the job's team is within its nominal quota with it, or one of lower
+        priority. Cheap, so that jobs that could never preempt do not count as tries."""
+        if any(job.id not in self.taken for job in self.stopping):
+            return True
+        resource = _resource(job.gang.gpus, product)
+        lowest = self._lowest.get(resource)
+        if lowest is None:
+            return False
+        return priority > lowest or planned.accounts[job.team].within_nominal(
+            need_of(job.gang, product)
+        )
 
 
 def _resource(gpus: int, product: str | None) -> str:
@@ -87,8 +109,10 @@ def plan_room(
     candidates = _candidates(job, priority, resource, reclaims, planned, index, shares)
     if own_team_only:
         candidates = _own_team(job, priority, resource, index)
+    if job.gang.learners > 1 or job.gang.gpus >= WHOLE_NODE_GPUS:
+        candidates = _by_node(job, candidates, free)
     for candidate, why in candidates:
-        if not _still_borrowing(candidate, job, resource, planned):
+        if not _still_borrowing(candidate, job, resource, planned, index):
             continue
         chosen.append(Victim(candidate, _reason(why, candidate, job, priority)))
         _release(candidate, free, planned)
@@ -108,6 +132,7 @@ def plan_room(
     needed.reverse()
     _hold_free_part(job, product, [v.job for v in needed], free)
     index.taken.update(v.job.id for v in needed)
+    index.promised[job.team].update(dict(need))
     return Plan(
         tuple(v for v in needed if not v.job.stopping),
         tuple(v.job for v in needed if v.job.stopping),
@@ -115,6 +140,44 @@ def plan_room(
 
 
 _STOPPING, _RECLAIM, _OUTRANKED_BORROWER, _OUTRANKED_TEAMMATE = range(4)
+
+# A gang of learners this large needs nodes cleared whole, not the most preferred victims
+# wherever they run: those would be spread over many nodes and clear none.
+WHOLE_NODE_GPUS = 4
+
+
+def _by_node(
+    job: PendingJob, candidates: Iterator[tuple[RunningJob, int]], free: FreeCapacity
+) -> Iterator[tuple[RunningJob, int]]:
+    """The candidates regrouped node by node: first the nodes that take the fewest and
+    most preferred victims to hold a learner, each with those victims; then the rest."""
+    ordered = list(candidates)
+    on_node: dict[int, list[int]] = {}
+    for rank, (victim, _) in enumerate(ordered):
+        for name in set(victim.nodes):
+            on_node.setdefault(free.index[name], []).append(rank)
+    gang = job.gang
+    costs = []
+    for node, ranks in on_node.items():
+        room = [free.gpus[node], free.millicpus[node], free.memory[node]]
+        for taken, rank in enumerate(ranks, start=1):
+            victim = ordered[rank][0]
+            learners_here = victim.nodes.count(free.names[node])
+            room[0] += learners_here * victim.gang.gpus
+            room[1] += learners_here * victim.gang.millicpus
+            room[2] += learners_here * victim.gang.memory
+            if room[0] >= gang.gpus and room[1] >= gang.millicpus and room[2] >= gang.memory:
+                costs.append((taken, rank, node))
+                break
+    given: set[int] = set()
+    for _, _, node in sorted(costs):
+        for rank in on_node[node]:
+            if rank not in given:
+                given.add(rank)
+                yield ordered[rank]
+    for rank, entry in enumerate(ordered):
+        if rank not in given:
+            yield entry
 
 
 def _candidates(
@@ -133,8 +196,8 @@ def _candidates(
             yield stopping, _STOPPING
     borrowing_teams = [
         team
-        for team, account in ledger.accounts.items()
-        if team != job.team and account.borrowing(resource)
+        for team in ledger.accounts
+        if team != job.team and _borrows(team, resource, ledger, index)
     ]
 
     def lendable(team: str) -> Iterator[tuple[int, float, float, float, str, RunningJob]]:
@@ -180,13 +243,19 @@ def _reason(why: int, victim: RunningJob, job: PendingJob, priority: int) -> str
     )
 
 
+def _borrows(team: str, resource: str, ledger: QuotaLedger, index: RunningIndex) -> bool:
+    account = ledger.accounts[team]
+    used = account.used.get(resource, 0) - index.promised[team][resource]
+    return used > account.nominal_of(resource)
+
+
 def _still_borrowing(
-    victim: RunningJob, job: PendingJob, resource: str, ledger: QuotaLedger
+    victim: RunningJob, job: PendingJob, resource: str, ledger: QuotaLedger, index: RunningIndex
 ) -> bool:
     """A borrowing team loses jobs only down to its nominal quota, never below it."""
     if victim.stopping or victim.team == job.team:
         return True
-    return ledger.accounts[victim.team].borrowing(resource)
+    return _borrows(victim.team, resource, ledger, index)
 
 
 def _give_room(job: RunningJob, free: FreeCapacity, sign: int) -> None:

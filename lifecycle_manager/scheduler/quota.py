@@ -70,6 +70,7 @@ class TeamAccount:
         for key, value in borrowing.items():
             self.ceiling.setdefault(key, value)
         self.used: dict[str, float] = {}
+        self.version = 0  # counts changes of `used`, so that what depends on it can be kept
 
     def copy(self) -> TeamAccount:
         twin = copy.copy(self)
@@ -112,7 +113,9 @@ class QuotaLedger:
         return twin
 
     def add(self, team: str, need: Need, sign: int = 1) -> None:
-        used = self.accounts[team].used
+        account = self.accounts[team]
+        account.version += 1
+        used = account.used
         cohort = self.cohort_used
         for key, amount in need:
             used[key] = used.get(key, 0) + sign * amount

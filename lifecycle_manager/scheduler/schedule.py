@@ -39,7 +39,7 @@ from lifecycle_manager.scheduler.explain import (
     preempting_reason,
     quota_reason,
 )
-from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, order_jobs
+from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, fair_order
 from lifecycle_manager.scheduler.job_shapes import GangFacts, TeamShape
 from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob
 from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
@@ -80,7 +80,8 @@ class _Pass:
         self._team_admissions: dict[str, int] = {}
         self._index: RunningIndex | None = None
         self._planned: QuotaLedger | None = None
-        self._room_tried: set[tuple[str, str | None]] = set()
+        # per team and product: the gangs whose preemption failed, _SUCCEEDED for others
+        self._room_tried: dict[tuple[str, str | None], list[Gang]] = {}
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -99,7 +100,7 @@ class _Pass:
             name: dominant_share(account.used, self.totals) / account.team.weight
             for name, account in self.ledger.accounts.items()
         }
-        for job in order_jobs(queued, self.ledger, self.totals, list(self.gpu_products)):
+        for job in fair_order(queued, self.ledger, self.totals, list(self.gpu_products)):
             self._consider(job, self._shapes[(job.team, job.gang)])
         return SchedulePass(
             tuple(admission for admission, _ in self.admitted),
@@ -135,8 +136,13 @@ class _Pass:
         for product in products:
             need = facts.needs[product]
             block = self._quota_block(job.team, shape, product, need)
-            if block is not None:
+            if block is not None and not _guaranteed(block):
                 quota_blocked.append((product, block))
+                continue
+            if block is not None:
+                # within its nominal quota, it waits only for borrowers to give back room:
+                # it may reclaim, and it may hold the reservation like a job with no room
+                no_room.append(product)
                 continue
             placement, backfilled = self._place(job, facts, product)
             if placement is not None:
@@ -238,17 +244,20 @@ class _Pass:
         product: str | None,
         own_team_only: bool,
     ) -> bool:
-        """Preempt for the job, or claim jobs already stopping. Like a team's head in
-        Kueue, only a team's first job to find no room on a product tries, once a pass:
-        that bounds the work of a pass and the churn of preemption alike."""
-        attempt = (job.team, product)
-        if attempt in self._room_tried:
+        """Preempt for the job, or claim jobs already stopping. Only jobs that could take
+        anyone's room try, at most `ROOM_TRIES` of a team per product in a pass, and none
+        at least as large as one of its gangs that already failed: that bounds the work
+        of a pass and the churn of preemption alike."""
+        tried = self._room_tried.setdefault((job.team, product), [])
+        if len(tried) >= ROOM_TRIES or any(_covers(job.gang, failed) for failed in tried):
             return False
-        self._room_tried.add(attempt)
         if self._index is None:
             self._index = RunningIndex(self.cluster.running, self.now)
             self._planned = self.ledger.copy()
         assert self._planned is not None
+        if not self._index.may_help(job, priority, product, self._planned):
+            return False
+        tried.append(job.gang)
         plan = plan_room(
             job,
             priority,
@@ -261,6 +270,8 @@ class _Pass:
         )
         if plan is None:
             return False
+        tried.remove(job.gang)  # only failures rule out larger gangs
+        tried.append(_SUCCEEDED)
         # the job's quota is spoken for from now on, in what runs and in what is planned
         need = need_of(job.gang, product)
         self.ledger.add(job.team, need)
@@ -352,6 +363,27 @@ class _Pass:
                 )
             ]
         )
+
+
+ROOM_TRIES = 2
+
+
+def _guaranteed(block: QuotaBlock) -> bool:
+    """Blocked only because other teams borrow what the team's nominal quota covers."""
+    return block.no_idle_quota and block.used + block.need <= block.nominal
+
+
+_SUCCEEDED = Gang(1 << 30, 1 << 30, None, 1 << 62, 1 << 62)  # covers no gang
+
+
+def _covers(gang: Gang, failed: Gang) -> bool:
+    """Whether `gang` asks at least what `failed` asked, learner and gang alike."""
+    return (
+        gang.learners >= failed.learners
+        and gang.gpus >= failed.gpus
+        and gang.millicpus >= failed.millicpus
+        and gang.memory >= failed.memory
+    )
 
 
 class _Holder(NamedTuple):

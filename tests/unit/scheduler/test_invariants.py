@@ -119,7 +119,7 @@ def test_passes_never_overfill_a_node_or_exceed_a_quota(data: st.DataObject) -> 
             owner = by_id[preemption.for_job_id]
             if victim.team != owner.team:
                 key = f"gpus:{victim.gpu_product}" if victim.gang.gpus else "cpus"
-                assert ledger.accounts[victim.team].borrowing(key)
+                assert ledger.accounts[victim.team].borrowing(key), preemption
         running = [j for j in running if j.id not in victims]
         for admission in result.admissions:
             job = by_id[admission.job_id]

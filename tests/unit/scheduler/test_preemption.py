@@ -110,3 +110,16 @@ def test_a_higher_priority_borrower_may_take_a_lower_priority_borrowers_room() -
     assert result.preemptions[0].reason.endswith(
         "job urgent of team a has priority 9, above this job's 0"
     )
+
+
+def test_a_gang_of_whole_nodes_clears_nodes_rather_than_taking_scattered_victims() -> None:
+    # the borrower is 8 GPUs over its quota: enough to clear one node, but not if the most
+    # preferred victims (least work lost) are taken wherever they run
+    teams = [team("borrower", 8, borrow=8), team("owner", 8)]
+    jobs = [
+        running("p1", "borrower", "a100-0", gpus=4, checkpoint=NOW - 10),
+        running("p2", "borrower", "a100-1", gpus=4, checkpoint=NOW - 20),
+        running("q1", "borrower", "a100-0", gpus=4, checkpoint=NOW - 500),
+        running("q2", "borrower", "a100-1", gpus=4, checkpoint=NOW - 600),
+    ]
+    assert sorted(victims(reclaim(teams, jobs))) == ["p1", "q1"]

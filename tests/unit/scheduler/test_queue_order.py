@@ -3,7 +3,7 @@
 from collections import Counter
 
 from lifecycle_manager.scheduler import PendingJob, queue_order, schedule
-from tests.unit.scheduler.factories import NOW, gpu_nodes, pending, snapshot, team
+from tests.unit.scheduler.factories import NOW, gpu_nodes, pending, running, snapshot, team
 
 
 def ids(jobs: list[PendingJob]) -> list[str]:
@@ -68,3 +68,19 @@ def test_two_teams_with_demand_take_turns_in_proportion_to_weight() -> None:
     jobs += [pending(f"y{i}", "y", submitted=i) for i in range(16)]
     result = schedule(snapshot(gpu_nodes(2), teams, pending_jobs=jobs), NOW)
     assert Counter(a.team for a in result.admissions) == {"x": 4, "y": 12}
+
+
+def test_a_team_is_charged_only_for_what_it_is_granted() -> None:
+    # x's gang fits x's quota but not the nodes yet; had it started, x's next job would
+    # wait for y's (queue_order), but as it did not, x keeps its low share and goes first
+    teams = [team("x", 16), team("y", 8, borrow=8)]
+    y_jobs = [running("y1", "y", "a100-0", gpus=4), running("y2", "y", "a100-1", gpus=4)]
+    jobs = [
+        pending("x-big", "x", gpus=8, learners=2, submitted=1),
+        pending("y-small", "y", submitted=2),
+        pending("x-small", "x", submitted=3),
+    ]
+    cluster = snapshot(gpu_nodes(3), teams, y_jobs, jobs)
+    assert ids(queue_order(cluster)) == ["x-big", "y-small", "x-small"]
+    result = schedule(cluster, NOW)
+    assert [a.job_id for a in result.admissions] == ["x-small", "y-small"]
