@@ -50,6 +50,7 @@ class Reservation:
         self.priority = priority
         self.start = start
         self.holds = holds
+        self.behind_reason: str | None = None  # what the jobs behind it are told
 
     def ends_in_time(self, end: float | None) -> bool:
         return self.start is not None and end is not None and end <= self.start

@@ -16,6 +16,7 @@ kept, so the set is minimal.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -144,14 +145,16 @@ _STOPPING, _RECLAIM, _OUTRANKED_BORROWER, _OUTRANKED_TEAMMATE = range(4)
 # A gang of learners this large needs nodes cleared whole, not the most preferred victims
 # wherever they run: those would be spread over many nodes and clear none.
 WHOLE_NODE_GPUS = 4
+NODE_CANDIDATES = 256  # enough to clear the nodes of a 64-learner gang of 8-GPU learners
 
 
 def _by_node(
     job: PendingJob, candidates: Iterator[tuple[RunningJob, int]], free: FreeCapacity
 ) -> Iterator[tuple[RunningJob, int]]:
-    """The candidates regrouped node by node: first the nodes that take the fewest and
-    most preferred victims to hold a learner, each with those victims; then the rest."""
-    ordered = list(candidates)
+    """The most preferred candidates regrouped node by node: first the nodes that take the
+    fewest and most preferred victims to hold a learner, each with those victims; then the
+    rest in order."""
+    ordered = list(itertools.islice(candidates, NODE_CANDIDATES))
     on_node: dict[int, list[int]] = {}
     for rank, (victim, _) in enumerate(ordered):
         for name in set(victim.nodes):
@@ -178,6 +181,7 @@ def _by_node(
     for rank, entry in enumerate(ordered):
         if rank not in given:
             yield entry
+    yield from candidates
 
 
 def _candidates(

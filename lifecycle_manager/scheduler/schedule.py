@@ -82,6 +82,8 @@ class _Pass:
         self._planned: QuotaLedger | None = None
         # per team and product: the gangs whose preemption failed, _SUCCEEDED for others
         self._room_tried: dict[tuple[str, str | None], list[Gang]] = {}
+        self._room_tries = 0
+        self._running_holders: list[_Holder] | None = None
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -180,8 +182,9 @@ class _Pass:
             reason = holds_reservation_reason(job.gang, product, held.start)
             self.waiting.append((job, facts, WaitCause.CAPACITY, reason, product))
             return
-        reason = behind_reservation_reason(held.job_id, held.priority, product)
-        self.waiting.append((job, facts, WaitCause.RESERVATION, reason, product))
+        if held.behind_reason is None:
+            held.behind_reason = behind_reservation_reason(held.job_id, held.priority, product)
+        self.waiting.append((job, facts, WaitCause.RESERVATION, held.behind_reason, product))
 
     # -- quota and room --------------------------------------------------------------------
 
@@ -245,9 +248,12 @@ class _Pass:
         own_team_only: bool,
     ) -> bool:
         """Preempt for the job, or claim jobs already stopping. Only jobs that could take
-        anyone's room try, at most `ROOM_TRIES` of a team per product in a pass, and none
-        at least as large as one of its gangs that already failed: that bounds the work
-        of a pass and the churn of preemption alike."""
+        anyone's room try, at most `ROOM_TRIES` of a team per product and `PASS_ROOM_TRIES`
+        in all in a pass, and none at least as large as one of its team's gangs that
+        already failed: that bounds the work of a pass and the churn of preemption alike
+        (the next pass goes on where this one stopped)."""
+        if self._room_tries >= PASS_ROOM_TRIES:
+            return False
         tried = self._room_tried.setdefault((job.team, product), [])
         if len(tried) >= ROOM_TRIES or any(_covers(job.gang, failed) for failed in tried):
             return False
@@ -258,6 +264,7 @@ class _Pass:
         if not self._index.may_help(job, priority, product, self._planned):
             return False
         tried.append(job.gang)
+        self._room_tries += 1
         plan = plan_room(
             job,
             priority,
@@ -290,21 +297,29 @@ class _Pass:
     def _holders(self) -> list[_Holder]:
         """Jobs holding room after this pass, with their estimated ends: running jobs
         not chosen as victims (a stopping one ends now) and the admitted ones."""
+        if self._running_holders is None:
+            self._running_holders = [
+                _Holder(
+                    job.id,
+                    job.gang,
+                    job.gpu_product,
+                    job.nodes,
+                    _end_after(self.now if job.stopping else job.estimated_end(), self.now),
+                )
+                for job in self.cluster.running
+            ]
         taken = self._index.taken if self._index is not None else set()
-        holders: list[_Holder] = []
-        for running in self.cluster.running:
-            if running.id in taken:
-                continue
-            end = self.now if running.stopping else running.estimated_end()
-            holders.append(
-                _Holder(running.gang, running.gpu_product, running.nodes, _end_after(end, self.now))
-            )
+        holders = [h for h in self._running_holders if h.job_id not in taken]
         for admission, pending in self.admitted:
             runtime = pending.estimated_runtime_s
             end = None if runtime is None else self.now + runtime
             holders.append(
                 _Holder(
-                    pending.gang, admission.gpu_product, admission.nodes, _end_after(end, self.now)
+                    pending.id,
+                    pending.gang,
+                    admission.gpu_product,
+                    admission.nodes,
+                    _end_after(end, self.now),
                 )
             )
         return holders
@@ -366,6 +381,7 @@ class _Pass:
 
 
 ROOM_TRIES = 2
+PASS_ROOM_TRIES = 32
 
 
 def _guaranteed(block: QuotaBlock) -> bool:
@@ -387,6 +403,7 @@ def _covers(gang: Gang, failed: Gang) -> bool:
 
 
 class _Holder(NamedTuple):
+    job_id: str
     gang: Gang
     gpu_product: str | None
     nodes: tuple[str, ...]

@@ -113,11 +113,15 @@ def test_passes_never_overfill_a_node_or_exceed_a_quota(data: st.DataObject) -> 
         victims = {p.victim_id for p in result.preemptions}
         admitted = {a.job_id for a in result.admissions}
         by_id = {j.id: j for j in queued}
+        started = [
+            RunningJob(a.job_id, a.team, by_id[a.job_id].gang, a.nodes, now, 0, a.gpu_product)
+            for a in result.admissions
+        ]
+        # a team is borrowing with what it runs and what this pass starts for it
+        ledger = QuotaLedger(teams, [*running, *started])
         for preemption in result.preemptions:
             victim = next(j for j in running if j.id == preemption.victim_id)
-            ledger = QuotaLedger(teams, running)
-            owner = by_id[preemption.for_job_id]
-            if victim.team != owner.team:
+            if victim.team != by_id[preemption.for_job_id].team:
                 key = f"gpus:{victim.gpu_product}" if victim.gang.gpus else "cpus"
                 assert ledger.accounts[victim.team].borrowing(key), preemption
         running = [j for j in running if j.id not in victims]
