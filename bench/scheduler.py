@@ -1,12 +1,15 @@
 """How long one scheduling pass takes over a large, busy cluster.
 
 1,000 nodes of 8 GPUs (700 A100, 300 V100; 64 CPUs and 1 TiB each), 50 teams whose
-nominal quotas add up to the cluster (weights 1 to 3, each may borrow as much again), and
-the cluster 80-85% full: jobs of Philly-like sizes (`bench/_philly_trace.py`) were admitted
-by the scheduler itself onto the empty cluster, then 15% of them ended at random, leaving
-holes. Running jobs started in the last 6 hours and checkpointed since. On that state,
-`schedule` runs over 1,000, 10,000 and 100,000 pending jobs (each set drawn the same way,
-a fifth naming no GPU product, priorities 0-3), several times each; the figures are medians.
+nominal quotas add up to the cluster (weights 1 to 3, each may borrow as much again). The
+scheduler itself fills the cluster: jobs of Philly-like sizes (`bench/_philly_trace.py`; a
+fifth naming no GPU product, priorities 0-3) are offered to the empty cluster, then the
+pending set to be measured, each through passes that start what is admitted and remove the
+victims, until a pass preempts almost nothing (the state a scheduler running every few
+seconds keeps). Then 15% of the running jobs end at random, leaving holes, and as many new
+jobs arrive as started, so the measured pass sees 1,000, 10,000 or 100,000 pending jobs.
+Running jobs started in the last 6 hours and checkpointed since. Each size is timed
+`--repeats` times (100k: a third) after one unmeasured pass; the figures are medians.
 
 Baseline in the same run (`floor_ms_median_*`): the least any pass must do in Python for
 the same jobs: sort them by priority and submission and build one `Waiting` per job.
