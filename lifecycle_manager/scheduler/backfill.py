@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lifecycle_manager.scheduler.model import Gang
 from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
@@ -21,8 +21,7 @@ from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
 Room = tuple[int, int, int]  # GPUs, millicpus, memory
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(NamedTuple):
     """Room a running learner gives back on node `node` (an index) when its job ends."""
 
     end: float  # math.inf when unknown
@@ -87,7 +86,7 @@ def reserve(
     fitting = {i: learners_fitting(gang, *room[i]) for i in nodes}
     total = sum(fitting.values())
     start: float | None = now
-    ordered = sorted((r for r in releases if r.node in room), key=lambda r: r.end)
+    ordered = sorted(r for r in releases if r.node in room)
     k = 0
     while total < gang.learners and k < len(ordered):
         moment = ordered[k].end

@@ -66,8 +66,13 @@ class _TeamLine:
         gpu_products: list[str | None],
     ) -> None:
         self.account = account
-        self.cap = account.team.max_priority
-        self.jobs = sorted(jobs, key=lambda j: (-min(j.priority, self.cap), j.submitted_at, j.id))
+        self.name = account.team.name
+        cap = account.team.max_priority
+        # (-priority capped, submitted_at, id, position, job), in order
+        self.line = sorted(
+            (-min(j.priority, cap), j.submitted_at, j.id, i, j) for i, j in enumerate(jobs)
+        )
+        self.jobs = [entry[4] for entry in self.line]
         self.next = 0
         self.totals = totals
         # a job that names no product is charged where the team has most quota left
@@ -76,7 +81,7 @@ class _TeamLine:
         self._by_gang: dict[Gang, tuple[bool, float]] = {}
 
     def key(self) -> _Key:
-        job = self.jobs[self.next]
+        priority, submitted_at, job_id, _, job = self.line[self.next]
         account = self.account
         if account.version != self._version:
             self._version = account.version
@@ -93,14 +98,7 @@ class _TeamLine:
                 if total and after / total > share:
                     share = after / total
             known = self._by_gang[job.gang] = (borrows, share / account.team.weight)
-        return (
-            known[0],
-            -min(job.priority, self.cap),
-            known[1],
-            job.submitted_at,
-            job.id,
-            account.team.name,
-        )
+        return (known[0], priority, known[1], submitted_at, job_id, self.name)
 
 
 def fair_order(

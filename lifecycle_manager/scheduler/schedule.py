@@ -41,7 +41,7 @@ from lifecycle_manager.scheduler.explain import (
 )
 from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, fair_order
 from lifecycle_manager.scheduler.job_shapes import GangFacts, TeamShape
-from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob, RunningJob
 from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
 from lifecycle_manager.scheduler.preemption import RunningIndex, plan_room
 from lifecycle_manager.scheduler.quota import (
@@ -84,16 +84,19 @@ class _Pass:
         self._room_tried: dict[tuple[str, str | None], list[Gang]] = {}
         self._room_tries = 0
         self._running_holders: list[_Holder] | None = None
+        self._running_releases: dict[str, list[Release]] | None = None
 
     # -- the pass --------------------------------------------------------------------------
 
     def run(self) -> SchedulePass:
         queued: list[PendingJob] = []
+        shape_of: dict[str, TeamShape] = {}
         for job in self.cluster.pending:
             if job.team not in self.ledger.accounts:
                 self.refusals.append(Refusal(job.id, "team", f"team {job.team} does not exist"))
                 continue
-            refusal = self._shape(job).refusal(job.id)
+            shape = shape_of[job.id] = self._shape(job)
+            refusal = shape.refusal(job.id)
             if refusal is not None:
                 self.refusals.append(refusal)
                 continue
@@ -103,7 +106,7 @@ class _Pass:
             for name, account in self.ledger.accounts.items()
         }
         for job in fair_order(queued, self.ledger, self.totals, list(self.gpu_products)):
-            self._consider(job, self._shapes[(job.team, job.gang)])
+            self._consider(job, shape_of[job.id])
         return SchedulePass(
             tuple(admission for admission, _ in self.admitted),
             tuple(self.preemptions),
@@ -304,7 +307,7 @@ class _Pass:
                     job.gang,
                     job.gpu_product,
                     job.nodes,
-                    _end_after(self.now if job.stopping else job.estimated_end(), self.now),
+                    _end_after(self._end_of(job), self.now),
                 )
                 for job in self.cluster.running
             ]
@@ -325,15 +328,29 @@ class _Pass:
         return holders
 
     def _releases(self) -> list[Release]:
+        """What each learner holding room gives back, and when; the running jobs' once."""
         index = self.free.index
-        releases: list[Release] = []
-        for holder in self._holders():
-            gang = holder.gang
-            room = (gang.gpus, gang.millicpus, gang.memory)
-            releases.extend(
-                Release(holder.end, index[name], room) for name in holder.nodes if name in index
-            )
+        if self._running_releases is None:
+            self._running_releases = {}
+            for job in self.cluster.running:
+                self._running_releases[job.id] = _releases_of(
+                    job.gang, job.nodes, _end_after(self._end_of(job), self.now), index
+                )
+        taken = self._index.taken if self._index is not None else set()
+        releases = [
+            release
+            for job_id, of_job in self._running_releases.items()
+            if job_id not in taken
+            for release in of_job
+        ]
+        for admission, pending in self.admitted:
+            runtime = pending.estimated_runtime_s
+            end = _end_after(None if runtime is None else self.now + runtime, self.now)
+            releases += _releases_of(pending.gang, admission.nodes, end, index)
         return releases
+
+    def _end_of(self, job: RunningJob) -> float | None:
+        return self.now if job.stopping else job.estimated_end()
 
     # -- estimates -------------------------------------------------------------------------
 
@@ -408,6 +425,13 @@ class _Holder(NamedTuple):
     gpu_product: str | None
     nodes: tuple[str, ...]
     end: float  # math.inf when unknown
+
+
+def _releases_of(
+    gang: Gang, nodes: tuple[str, ...], end: float, index: dict[str, int]
+) -> list[Release]:
+    room = (gang.gpus, gang.millicpus, gang.memory)
+    return [Release(end, index[name], room) for name in nodes if name in index]
 
 
 def _end_after(end: float | None, now: float) -> float:
