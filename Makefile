@@ -45,6 +45,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.isolation
 	$(BIN)/python -m bench.redis_isolation
 	$(BIN)/python -m bench.token_auth
+	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.sched_sim
 
 # The dashboard's front-end libraries (and the browser tests' axe-core) fetched again from npm
 # at the versions their vendor.json pins; refuses, writing nothing, if any file's sha256 differs.

@@ -1,0 +1,144 @@
+"""The queue's order: guaranteed quota first, then priority, then weighted DRF, then FIFO.
+
+Each team's jobs line up by priority (capped at the team's `max_priority`), oldest first
+within a priority. The teams' lines are merged by the key of each line's first job:
+
+- whether the team stays within its nominal quota with the job; those jobs go first,
+  since they would reclaim borrowed resources anyway;
+- the job's priority;
+- its team's weighted dominant share (DRF) with the job: the largest fraction of any
+  cluster resource (GPUs of a product, CPUs, memory) the team would hold, divided by the
+  team's weight. The lowest share goes next, so teams that want more than their share
+  take turns in proportion to their weights;
+- the older job first.
+
+A team is charged only for what it is actually granted: a pass charges the jobs it admits,
+so a team whose first job is stuck (a gang too big for the room) keeps its low share and
+its next jobs keep their turn. `queue_order` charges every job as it comes up: the order
+if each job could start in turn.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, Node, PendingJob
+from lifecycle_manager.scheduler.quota import (
+    CPUS,
+    MEMORY,
+    QuotaLedger,
+    TeamAccount,
+    gpu_key,
+    need_of,
+    products_by_headroom,
+)
+
+# (borrows, -priority, weighted share, submitted_at, job id, team)
+_Key = tuple[bool, int, float, float, str, str]
+
+
+def cluster_totals(nodes: Iterable[Node]) -> dict[str, float]:
+    """The cluster's amount of each shareable resource (the DRF denominators)."""
+    totals: dict[str, float] = defaultdict(float)
+    for node in nodes:
+        if node.gpus:
+            totals[gpu_key(node.gpu_product)] += node.gpus
+        totals[CPUS] += node.millicpus
+        totals[MEMORY] += node.memory
+    return {key: value for key, value in totals.items() if value > 0}
+
+
+def dominant_share(used: Mapping[str, float], totals: Mapping[str, float]) -> float:
+    """The largest fraction of any cluster resource `used` holds."""
+    return max((used.get(key, 0) / total for key, total in totals.items()), default=0.0)
+
+
+class _TeamLine:
+    """One team's jobs in order, and the key of the next one."""
+
+    def __init__(
+        self,
+        account: TeamAccount,
+        jobs: list[PendingJob],
+        totals: Mapping[str, float],
+        gpu_products: list[str | None],
+    ) -> None:
+        self.account = account
+        self.name = account.team.name
+        cap = account.team.max_priority
+        # (-priority capped, submitted_at, id, position, job), in order
+        self.line = sorted(
+            (-min(j.priority, cap), j.submitted_at, j.id, i, j) for i, j in enumerate(jobs)
+        )
+        self.jobs = [entry[4] for entry in self.line]
+        self.next = 0
+        self.totals = totals
+        # a job that names no product is charged where the team has most quota left
+        self.default_product = (products_by_headroom(account, gpu_products) or [None])[0]
+        self._version = -1
+        self._by_gang: dict[Gang, tuple[bool, float]] = {}
+
+    def key(self) -> _Key:
+        priority, submitted_at, job_id, _, job = self.line[self.next]
+        account = self.account
+        if account.version != self._version:
+            self._version = account.version
+            self._by_gang.clear()
+        known = self._by_gang.get(job.gang)
+        if known is None:
+            used, nominal = account.used, account.nominal
+            share = dominant_share(used, self.totals)
+            borrows = False
+            for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product):
+                after = used.get(key, 0) + amount
+                borrows = borrows or after > nominal.get(key, 0)
+                total = self.totals.get(key)
+                if total and after / total > share:
+                    share = after / total
+            known = self._by_gang[job.gang] = (borrows, share / account.team.weight)
+        return (known[0], priority, known[1], submitted_at, job_id, self.name)
+
+
+def fair_order(
+    jobs: Iterable[PendingJob],
+    ledger: QuotaLedger,
+    totals: Mapping[str, float],
+    gpu_products: list[str | None],
+    charge_each: bool = False,
+) -> Iterator[PendingJob]:
+    """`jobs` (of teams the ledger knows) one at a time in fair order. Each key is
+    worked out from the ledger when the job comes up, after the caller has acted on the
+    previous one (and charged it, if it started); `charge_each` charges every job."""
+    by_team: dict[str, list[PendingJob]] = defaultdict(list)
+    for job in jobs:
+        by_team[job.team].append(job)
+    lines = {
+        team: _TeamLine(ledger.accounts[team], queued, totals, gpu_products)
+        for team, queued in by_team.items()
+    }
+    heap = [line.key() for line in lines.values()]
+    heapq.heapify(heap)
+    while heap:
+        line = lines[heap[0][5]]
+        job = line.jobs[line.next]
+        yield job
+        if charge_each:
+            product = job.gang.gpu_product or line.default_product
+            ledger.add(job.team, need_of(job.gang, product))
+        line.next += 1
+        if line.next < len(line.jobs):
+            heapq.heapreplace(heap, line.key())
+        else:
+            heapq.heappop(heap)
+
+
+def queue_order(cluster: ClusterSnapshot) -> list[PendingJob]:
+    """The pending jobs of known teams in the order they would start if each could start
+    as its turn came."""
+    ledger = QuotaLedger(cluster.teams, cluster.running)
+    products = sorted({n.gpu_product for n in cluster.nodes if n.gpus}, key=str)
+    known = [job for job in cluster.pending if job.team in ledger.accounts]
+    totals = cluster_totals(cluster.nodes)
+    return list(fair_order(known, ledger, totals, list(products), charge_each=True))

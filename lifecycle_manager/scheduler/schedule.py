@@ -1,0 +1,453 @@
+"""One scheduling pass: who starts where, who is preempted, and why everyone else waits.
+
+    pending jobs -- refuse what can never run (FitCheck, quota ceilings)
+        |
+    queue order (fair_share) -- for each job, each GPU product it may use:
+        |   quota (QuotaLedger) -> placement (FreeCapacity) -> admit
+        |   else if it ends before that product's reservation: placement in held room
+        v
+    not admitted -> room from stopping jobs or victims (preemption)
+                 -> else the first capacity-blocked job per product reserves (backfill)
+                 -> else it waits behind the reservation or for its team's quota
+
+Everything a pass learns that stays true for the rest of the pass is remembered: room
+only shrinks and usage only grows while a pass runs, so a gang that found no room, a
+team's need its quota refused (until the team admits a job), or a preemption that found
+no victims answers the same for every later job of that shape. Once the cluster is full
+the remaining jobs cost a few dictionary lookups each.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from lifecycle_manager.scheduler.backfill import Release, Reservation, reserve
+from lifecycle_manager.scheduler.capacity import FitCheck
+from lifecycle_manager.scheduler.decisions import (
+    Admission,
+    Preemption,
+    Refusal,
+    SchedulePass,
+    WaitCause,
+    Waiting,
+)
+from lifecycle_manager.scheduler.estimate import StartEstimator
+from lifecycle_manager.scheduler.explain import (
+    behind_reservation_reason,
+    holds_reservation_reason,
+    preempting_reason,
+    quota_reason,
+)
+from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, fair_order
+from lifecycle_manager.scheduler.job_shapes import GangFacts, TeamShape
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob, RunningJob
+from lifecycle_manager.scheduler.placement import FreeCapacity, Placement
+from lifecycle_manager.scheduler.preemption import RunningIndex, plan_room
+from lifecycle_manager.scheduler.quota import (
+    CPUS,
+    Need,
+    QuotaBlock,
+    QuotaLedger,
+    gpu_key,
+    need_of,
+    products_by_headroom,
+)
+
+
+class _Pass:
+    def __init__(self, cluster: ClusterSnapshot, now: float) -> None:
+        self.cluster = cluster
+        self.now = now
+        self.ledger = QuotaLedger(cluster.teams, cluster.running)
+        self.free = FreeCapacity(cluster.nodes)
+        for job in cluster.running:
+            gang = job.gang
+            for name in job.nodes:
+                if name in self.free.index:
+                    self.free.take(self.free.index[name], gang.gpus, gang.millicpus, gang.memory)
+        self.gpu_products = [p for p in self.free.products() if p is not None]
+        self.totals = cluster_totals(cluster.nodes)
+        self.reservations: dict[str | None, Reservation] = {}
+        self.admitted: list[tuple[Admission, PendingJob]] = []
+        self.preemptions: list[Preemption] = []
+        self.refusals: list[Refusal] = []
+        # (job, its gang's facts, cause, reason, the product it waits for)
+        self.waiting: list[tuple[PendingJob, GangFacts, WaitCause, str, str | None]] = []
+        self._fit = FitCheck(cluster.nodes)
+        self._gangs: dict[Gang, GangFacts] = {}
+        self._shapes: dict[tuple[str, Gang], TeamShape] = {}
+        self._team_admissions: dict[str, int] = {}
+        self._index: RunningIndex | None = None
+        self._planned: QuotaLedger | None = None
+        # per team and product: the gangs whose preemption failed, _SUCCEEDED for others
+        self._room_tried: dict[tuple[str, str | None], list[Gang]] = {}
+        self._room_tries = 0
+        self._running_holders: list[_Holder] | None = None
+        self._running_releases: dict[str, list[Release]] | None = None
+
+    # -- the pass --------------------------------------------------------------------------
+
+    def run(self) -> SchedulePass:
+        queued: list[PendingJob] = []
+        shape_of: dict[str, TeamShape] = {}
+        for job in self.cluster.pending:
+            if job.team not in self.ledger.accounts:
+                self.refusals.append(Refusal(job.id, "team", f"team {job.team} does not exist"))
+                continue
+            shape = shape_of[job.id] = self._shape(job)
+            refusal = shape.refusal(job.id)
+            if refusal is not None:
+                self.refusals.append(refusal)
+                continue
+            queued.append(job)
+        self.shares = {
+            name: dominant_share(account.used, self.totals) / account.team.weight
+            for name, account in self.ledger.accounts.items()
+        }
+        for job in fair_order(queued, self.ledger, self.totals, list(self.gpu_products)):
+            self._consider(job, shape_of[job.id])
+        return SchedulePass(
+            tuple(admission for admission, _ in self.admitted),
+            tuple(self.preemptions),
+            self._waiting_with_estimates(),
+            tuple(self.refusals),
+        )
+
+    def _shape(self, job: PendingJob) -> TeamShape:
+        key = (job.team, job.gang)
+        shape = self._shapes.get(key)
+        if shape is None:
+            facts = self._gangs.get(job.gang)
+            if facts is None:
+                facts = GangFacts(job.gang, self.gpu_products, self._fit.why_not(job.gang))
+                self._gangs[job.gang] = facts
+            shape = self._shapes[key] = TeamShape(job.team, facts, self.ledger)
+        return shape
+
+    def _consider(self, job: PendingJob, shape: TeamShape) -> None:
+        facts = shape.facts
+        admissions = self._team_admissions.get(job.team, 0)
+        quota_wait = shape.quota_wait
+        if quota_wait is not None and quota_wait[0] == admissions:
+            self.waiting.append((job, facts, quota_wait[1], quota_wait[2], quota_wait[3]))
+            return
+        account = self.ledger.accounts[job.team]
+        products = facts.products
+        if len(products) > 1:
+            products = products_by_headroom(account, products)
+        quota_blocked: list[tuple[str | None, QuotaBlock]] = []
+        no_room: list[str | None] = []
+        for product in products:
+            need = facts.needs[product]
+            block = self._quota_block(job.team, shape, product, need)
+            if block is not None and not _guaranteed(block):
+                quota_blocked.append((product, block))
+                continue
+            if block is not None:
+                # within its nominal quota, it waits only for borrowers to give back room:
+                # it may reclaim, and it may hold the reservation like a job with no room
+                no_room.append(product)
+                continue
+            placement, backfilled = self._place(job, facts, product)
+            if placement is not None:
+                self._admit(job, placement, need, backfilled)
+                return
+            no_room.append(product)
+        priority = min(job.priority, account.team.max_priority)
+        # act on and explain the product the job came closest on: room, then quota
+        if no_room:
+            product = no_room[0]
+            if self._make_room(job, facts, priority, product, own_team_only=False):
+                return
+            self._wait_for_room(job, facts, priority, product)
+            return
+        product, block = quota_blocked[0]
+        # past its own ceiling, only the team's own lower-priority jobs can make room
+        if self._make_room(job, facts, priority, product, own_team_only=not block.no_idle_quota):
+            return
+        cause = WaitCause.NO_IDLE_QUOTA if block.no_idle_quota else WaitCause.TEAM_QUOTA
+        reason = shape.reasons.get(id(block))
+        if reason is None:
+            reason = shape.reasons[id(block)] = quota_reason(job.gang, block)
+        shape.quota_wait = (self._team_admissions.get(job.team, 0), cause, reason, product)
+        self.waiting.append((job, facts, cause, reason, product))
+
+    def _wait_for_room(
+        self, job: PendingJob, facts: GangFacts, priority: int, product: str | None
+    ) -> None:
+        held = self.reservations.get(product)
+        if held is None:
+            held = reserve(
+                job.id, priority, job.gang, product, self.free, self._releases(), self.now
+            )
+            self.reservations[product] = held
+            reason = holds_reservation_reason(job.gang, product, held.start)
+            self.waiting.append((job, facts, WaitCause.CAPACITY, reason, product))
+            return
+        if held.behind_reason is None:
+            held.behind_reason = behind_reservation_reason(held.job_id, held.priority, product)
+        self.waiting.append((job, facts, WaitCause.RESERVATION, held.behind_reason, product))
+
+    # -- quota and room --------------------------------------------------------------------
+
+    def _quota_block(
+        self, team: str, shape: TeamShape, product: str | None, need: Need
+    ) -> QuotaBlock | None:
+        admissions = self._team_admissions.get(team, 0)
+        known = shape.blocks.get(product)
+        if known is not None and known[0] == admissions:
+            return known[1]
+        block = self.ledger.block(team, need)
+        if block is not None:
+            shape.blocks[product] = (admissions, block)
+        return block
+
+    def _place(
+        self, job: PendingJob, facts: GangFacts, product: str | None
+    ) -> tuple[Placement | None, bool]:
+        """A placement in free room, or in held room for a job that ends in time; and
+        whether it went ahead of a reservation."""
+        held = self.reservations.get(product)
+        if (product, False) not in facts.no_room:
+            placement = self.free.place(job.gang, product)
+            if placement is not None:
+                return placement, held is not None
+            facts.no_room.add((product, False))
+        runtime = job.estimated_runtime_s
+        if held is None or runtime is None or not held.ends_in_time(self.now + runtime):
+            return None, False
+        if (product, True) in facts.no_room:
+            return None, False
+        placement = held.place_short(self.free, job.gang, product)
+        if placement is None:
+            facts.no_room.add((product, True))
+        return placement, placement is not None
+
+    def _admit(
+        self,
+        job: PendingJob,
+        placement: Placement,
+        need: tuple[tuple[str, int], ...],
+        backfilled: bool,
+    ) -> None:
+        account = self.ledger.accounts[job.team]
+        borrowed = not account.within_nominal(need)
+        self.ledger.add(job.team, need)
+        if self._planned is not None:
+            self._planned.add(job.team, need)
+        self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
+        admission = Admission(
+            job.id, job.team, placement.nodes, placement.gpu_product, borrowed, backfilled
+        )
+        self.admitted.append((admission, job))
+
+    def _make_room(
+        self,
+        job: PendingJob,
+        facts: GangFacts,
+        priority: int,
+        product: str | None,
+        own_team_only: bool,
+    ) -> bool:
+        """Preempt for the job, or claim jobs already stopping. Only jobs that could take
+        anyone's room try, at most `ROOM_TRIES` of a team per product and `PASS_ROOM_TRIES`
+        in all in a pass, and none at least as large as one of its team's gangs that
+        already failed: that bounds the work of a pass and the churn of preemption alike
+        (the next pass goes on where this one stopped)."""
+        if self._room_tries >= PASS_ROOM_TRIES:
+            return False
+        tried = self._room_tried.setdefault((job.team, product), [])
+        if len(tried) >= ROOM_TRIES or any(_covers(job.gang, failed) for failed in tried):
+            return False
+        if self._index is None:
+            self._index = RunningIndex(self.cluster.running, self.now)
+            self._planned = self.ledger.copy()
+        assert self._planned is not None
+        if not self._index.may_help(job, priority, product, self._planned):
+            return False
+        tried.append(job.gang)
+        self._room_tries += 1
+        plan = plan_room(
+            job,
+            priority,
+            product,
+            self.free,
+            self._planned,
+            self._index,
+            self.shares,
+            own_team_only,
+        )
+        if plan is None:
+            return False
+        tried.remove(job.gang)  # only failures rule out larger gangs
+        tried.append(_SUCCEEDED)
+        # the job's quota is spoken for from now on, in what runs and in what is planned
+        need = need_of(job.gang, product)
+        self.ledger.add(job.team, need)
+        self._planned.add(job.team, need)
+        self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
+        for victim in plan.victims:
+            self.preemptions.append(
+                Preemption(victim.job.id, victim.job.team, job.id, victim.reason)
+            )
+        reason = preempting_reason([v.job for v in plan.victims], list(plan.claimed))
+        self.waiting.append((job, facts, WaitCause.PREEMPTING, reason, product))
+        return True
+
+    # -- what running jobs will free -------------------------------------------------------
+
+    def _holders(self) -> list[_Holder]:
+        """Jobs holding room after this pass, with their estimated ends: running jobs
+        not chosen as victims (a stopping one ends now) and the admitted ones."""
+        if self._running_holders is None:
+            self._running_holders = [
+                _Holder(
+                    job.id,
+                    job.gang,
+                    job.gpu_product,
+                    job.nodes,
+                    _end_after(self._end_of(job), self.now),
+                )
+                for job in self.cluster.running
+            ]
+        taken = self._index.taken if self._index is not None else set()
+        holders = [h for h in self._running_holders if h.job_id not in taken]
+        for admission, pending in self.admitted:
+            runtime = pending.estimated_runtime_s
+            end = None if runtime is None else self.now + runtime
+            holders.append(
+                _Holder(
+                    pending.id,
+                    pending.gang,
+                    admission.gpu_product,
+                    admission.nodes,
+                    _end_after(end, self.now),
+                )
+            )
+        return holders
+
+    def _releases(self) -> list[Release]:
+        """What each learner holding room gives back, and when; the running jobs' once."""
+        index = self.free.index
+        if self._running_releases is None:
+            self._running_releases = {}
+            for job in self.cluster.running:
+                self._running_releases[job.id] = _releases_of(
+                    job.gang, job.nodes, _end_after(self._end_of(job), self.now), index
+                )
+        taken = self._index.taken if self._index is not None else set()
+        releases = [
+            release
+            for job_id, of_job in self._running_releases.items()
+            if job_id not in taken
+            for release in of_job
+        ]
+        for admission, pending in self.admitted:
+            runtime = pending.estimated_runtime_s
+            end = _end_after(None if runtime is None else self.now + runtime, self.now)
+            releases += _releases_of(pending.gang, admission.nodes, end, index)
+        return releases
+
+    def _end_of(self, job: RunningJob) -> float | None:
+        return self.now if job.stopping else job.estimated_end()
+
+    # -- estimates -------------------------------------------------------------------------
+
+    def _waiting_with_estimates(self) -> tuple[Waiting, ...]:
+        free_by_pool: dict[str, int] = {}
+        for i, product in enumerate(self.free.product):
+            if product is not None:
+                pool = gpu_key(product)
+                free_by_pool[pool] = free_by_pool.get(pool, 0) + self.free.gpus[i]
+            free_by_pool[CPUS] = free_by_pool.get(CPUS, 0) + self.free.millicpus[i]
+        # held room is free room too, promised to the head, which comes first in the queue
+        for held in self.reservations.values():
+            for i, (gpus, millicpus, _) in held.holds.items():
+                product = self.free.product[i]
+                if product is not None:
+                    free_by_pool[gpu_key(product)] += gpus
+                free_by_pool[CPUS] += millicpus
+        releases = [
+            (_pool(h.gang, h.gpu_product), h.end, _pool_amount(h.gang)) for h in self._holders()
+        ]
+        estimator = StartEstimator(free_by_pool, releases, self.now)
+        heads = {held.job_id: held.start for held in self.reservations.values()}
+        start = estimator.start
+        now = self.now
+        preempting = WaitCause.PREEMPTING
+        return tuple(
+            [
+                Waiting(
+                    job.id,
+                    position,
+                    cause,
+                    reason,
+                    start(
+                        facts.pools[product],
+                        facts.amount,
+                        job.estimated_runtime_s,
+                        now if cause is preempting else heads.get(job.id),
+                    ),
+                )
+                for position, (job, facts, cause, reason, product) in enumerate(
+                    self.waiting, start=1
+                )
+            ]
+        )
+
+
+ROOM_TRIES = 2
+PASS_ROOM_TRIES = 32
+
+
+def _guaranteed(block: QuotaBlock) -> bool:
+    """Blocked only because other teams borrow what the team's nominal quota covers."""
+    return block.no_idle_quota and block.used + block.need <= block.nominal
+
+
+_SUCCEEDED = Gang(1 << 30, 1 << 30, None, 1 << 62, 1 << 62)  # covers no gang
+
+
+def _covers(gang: Gang, failed: Gang) -> bool:
+    """Whether `gang` asks at least what `failed` asked, learner and gang alike."""
+    return (
+        gang.learners >= failed.learners
+        and gang.gpus >= failed.gpus
+        and gang.millicpus >= failed.millicpus
+        and gang.memory >= failed.memory
+    )
+
+
+class _Holder(NamedTuple):
+    job_id: str
+    gang: Gang
+    gpu_product: str | None
+    nodes: tuple[str, ...]
+    end: float  # math.inf when unknown
+
+
+def _releases_of(
+    gang: Gang, nodes: tuple[str, ...], end: float, index: dict[str, int]
+) -> list[Release]:
+    room = (gang.gpus, gang.millicpus, gang.memory)
+    return [Release(end, index[name], room) for name in nodes if name in index]
+
+
+def _end_after(end: float | None, now: float) -> float:
+    """An estimated end for planning: never before now, infinite when unknown."""
+    return math.inf if end is None else max(end, now)
+
+
+def _pool(gang: Gang, product: str | None) -> str:
+    return gpu_key(product) if gang.gpus else CPUS
+
+
+def _pool_amount(gang: Gang) -> int:
+    return gang.learners * (gang.gpus or gang.millicpus)
+
+
+def schedule(cluster: ClusterSnapshot, now: float) -> SchedulePass:
+    """One pass over `cluster` at time `now`: admissions, preemptions, refusals, and every
+    other pending job's reason, queue position and estimated start."""
+    return _Pass(cluster, now).run()
