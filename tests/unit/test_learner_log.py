@@ -6,6 +6,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from learner_image.learner_log import (
     TRUNCATED_MARK,
     LearnerLog,
@@ -95,3 +97,69 @@ def test_a_log_continues_an_earlier_attempts_file(tmp_path: Path) -> None:
         "second",
     ]
     assert log.lines == 5
+
+
+class ScriptedPipe:
+    """Stands in for `os` and `time` in `learner_image.learner_log`: `read` hands out the
+    script's chunks (b"" is the end), each taking `read_s` on the fake clock; `sleep` only
+    records the naps."""
+
+    def __init__(self, chunks: list[bytes], read_s: float) -> None:
+        self.chunks = list(chunks)
+        self.read_s = read_s
+        self.now = 0.0
+        self.naps: list[tuple[int, float]] = []  # (chunks read so far, seconds)
+        self.reads = 0
+
+    def read(self, fd: int, size: int) -> bytes:
+        self.now += self.read_s
+        self.reads += 1
+        return self.chunks.pop(0)
+
+    def sleep(self, seconds: float) -> None:
+        self.naps.append((self.reads, seconds))
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def capture_scripted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunks: list[bytes], read_s: float
+) -> tuple[ScriptedPipe, list[bytes]]:
+    from learner_image import learner_log
+
+    pipe = ScriptedPipe([*chunks, b""], read_s)
+    log = LearnerLog(tmp_path / "learner-1.log")
+    read_end, write_end = os.pipe()  # only widened: the reads are the script's
+    monkeypatch.setattr(learner_log, "os", pipe)
+    monkeypatch.setattr(learner_log, "time", pipe)
+    try:
+        capture_output(read_end, log, gather_s=0.002, clock=pipe.monotonic)
+    finally:
+        monkeypatch.undo()
+        os.close(read_end)
+        os.close(write_end)
+    log.close()
+    return pipe, log.path.read_bytes().splitlines()
+
+
+def test_a_flood_is_read_in_gathered_chunks_not_line_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [b"step %d\n" % i for i in range(3)]
+    pipe, stored = capture_scripted(tmp_path, monkeypatch, lines, read_s=0.0001)
+    assert stored == [b"step 0", b"step 1", b"step 2"]
+    assert pipe.naps == [(1, 0.002), (2, 0.002), (3, 0.002)]
+
+
+def test_a_line_after_a_quiet_spell_and_the_rest_of_a_line_begun_are_read_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quiet, stored = capture_scripted(tmp_path, monkeypatch, [b"a\n", b"b\n"], read_s=1.0)
+    assert quiet.naps == []
+    assert stored == [b"a", b"b"]
+    # print("tick", 7) writes "tick", " ", "7", "\n": no nap until the line is whole.
+    pieces = [b"tick", b" ", b"7", b"\n"]
+    begun, stored = capture_scripted(tmp_path / "begun", monkeypatch, pieces, read_s=0.0001)
+    assert begun.naps == [(4, 0.002)]
+    assert stored == [b"tick 7"]
