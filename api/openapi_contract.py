@@ -156,13 +156,16 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
     ),
     ErrorStatus(
         409,
-        "The job's state, an existing user, team, member or token of that name, or the "
-        "team's last team admin does not allow this; or a request with the same "
-        "Idempotency-Key is still running (retry after Retry-After).",
+        "The job's state, an existing user, team, member or token of that name, the "
+        "team's last team admin, or the caller's last usable token does not allow this; or a "
+        "request with the same Idempotency-Key is still running (retry after Retry-After).",
         any_of(
             lambda route: "POST" in (route.methods or ()),
             operations(
-                "PATCH /v2/teams/{team}/members/{user}", "DELETE /v2/teams/{team}/members/{user}"
+                "PATCH /v2/teams/{team}/members/{user}",
+                "DELETE /v2/teams/{team}/members/{user}",
+                "DELETE /v2/tokens/{name_or_id}",
+                "DELETE /v2/users/{user}/tokens/{name_or_id}",
             ),
         ),
         {"Retry-After": RETRY_AFTER},

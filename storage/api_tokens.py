@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import ApiToken, User, utcnow
@@ -93,6 +93,17 @@ async def live_token(session: AsyncSession, user_id: int, name_or_id: str) -> Ap
     else:
         query = query.where(ApiToken.name == name_or_id)
     return (await session.execute(query)).scalar_one_or_none()
+
+
+async def other_usable_tokens(session: AsyncSession, token: ApiToken, now: datetime) -> int:
+    """How many tokens of the token's user besides it are neither revoked nor expired."""
+    query = select(func.count()).where(
+        ApiToken.user_id == token.user_id,
+        ApiToken.id != token.id,
+        ApiToken.revoked_at.is_(None),
+        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > now),
+    )
+    return int((await session.execute(query)).scalar_one())
 
 
 async def revoke(session: AsyncSession, token: ApiToken) -> None:

@@ -58,4 +58,4 @@ async def revoke_user_token(
     user: UserName, name_or_id: TokenRef, session: SessionDep, admin: Allowed
 ) -> Revoked:
     holder = await service.user_named(session, user)
-    return await service.revoke_token(session, holder.id, name_or_id)
+    return await service.revoke_token(session, holder.id, name_or_id, own=holder.id == admin.id)

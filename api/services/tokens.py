@@ -46,13 +46,25 @@ async def list_tokens(session: AsyncSession, user_id: int, page: PageRequest) ->
     )
 
 
-async def revoke_token(session: AsyncSession, user_id: int, name_or_id: str) -> Revoked:
-    """Revoke the token at once: every API worker refuses it within `api.auth.CACHE_TTL_S`."""
+async def revoke_token(
+    session: AsyncSession, user_id: int, name_or_id: str, *, own: bool = True
+) -> Revoked:
+    """Revoke the token at once: every API worker refuses it within `api.auth.CACHE_TTL_S`.
+    A user may not revoke their own last usable token (nothing could sign them in again to
+    make another); a platform admin may revoke anyone's."""
     token = await repo.live_token(session, user_id, name_or_id)
     if token is None:
         raise NotFound(
             f"no token {name_or_id!r} that is not revoked already; `dlaas token list` shows "
             "them by name and id",
+            field="name_or_id",
+        )
+    if own and await repo.other_usable_tokens(session, token, utcnow()) == 0:
+        raise Conflict(
+            f"token {token.name!r} is your last one that works: revoking it would lock you "
+            "out. Make another first (`dlaas token create --name NAME`), sign in with it, "
+            "then revoke this one",
+            code="last_token",
             field="name_or_id",
         )
     await repo.revoke(session, token)

@@ -161,6 +161,24 @@ async def test_an_expired_token_is_refused_saying_so(api: Harness) -> None:
     assert far.status_code == 404 and far.json()["field"] == "name_or_id"
 
 
+async def test_nobody_revokes_their_own_last_working_token(api: Harness) -> None:
+    alice = await api.add_user("alice")
+    last = await alice.client.delete("/v2/tokens/default")
+    assert last.status_code == 409 and last.json()["error"] == "last_token"
+    assert last.json()["field"] == "name_or_id" and "dlaas token create" in last.json()["detail"]
+    assert (await alice.client.get("/v2/users/me")).status_code == 200
+    # An expired token does not count as another way in.
+    brief = await alice.client.post("/v2/tokens", json={"name": "brief", "expires_in": 1})
+    async with api.client(brief.json()["token"]) as expiring:
+        assert (await _refused_within(expiring, 5.0)).json()["error"] == "token_expired"
+    assert (await alice.client.delete("/v2/tokens/default")).status_code == 409
+    made = (await alice.client.post("/v2/tokens", json={"name": "laptop"})).json()
+    assert (await alice.client.delete("/v2/tokens/default")).status_code == 200
+    async with api.client(made["token"]) as laptop:
+        assert (await laptop.delete("/v2/tokens/laptop")).status_code == 409
+        assert (await laptop.get("/v2/users/me")).json()["name"] == alice.name
+
+
 async def test_a_platform_admin_revokes_anyones_token_and_only_they_do(api: Harness) -> None:
     alice, bob = await api.add_user("alice"), await api.add_user("bob")
     denied = await bob.client.delete(f"/v2/users/{alice.name}/tokens/default")
