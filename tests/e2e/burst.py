@@ -1,6 +1,6 @@
 """A burst of short jobs on a running embedded platform, and what each of them must end as.
 
-Shared by `tests/e2e/test_burst.py` (100 jobs submitted at once) and `bench/soak.py` (1000,
+Shared by `tests/e2e/test_burst.py` (40 jobs submitted at once) and `bench/soak.py` (1000,
 a window of them in flight). Every job runs `burst_job/train.py` (half a second of work and
 the exit its plan asks for) with 1 to 4 learners:
 
