@@ -14,6 +14,8 @@ Session fixtures (one per test run):
 Per-test fixtures:
     sqlite_url     -> str   `sqlite+aiosqlite:///<tmp>/dlaas.db` (a new file per test)
     redis_client   -> redis.Redis on `redis_url` (bytes answers), closed after the test
+    private_redis_url -> str  a Redis database of this test's own, for tests of platform-wide
+                            keys that the run's other platforms (their node agents) also write
     s3_bucket      -> str   a fresh bucket name (created by whoever opens it)
     s3_settings    -> Settings pointing at `seaweedfs` and `s3_bucket`, home in tmp_path
 
@@ -47,6 +49,15 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _claimed_redis(tmp_path_factory)
+
+
+@pytest.fixture
+def private_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _claimed_redis(tmp_path_factory)
+
+
+def _claimed_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if services.redis_answers(MACHINE_REDIS):
         db = services.claim_redis_db(MACHINE_REDIS)
         if db is not None:
