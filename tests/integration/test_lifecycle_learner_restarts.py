@@ -112,17 +112,17 @@ async def test_only_the_failed_learner_restarts_and_the_job_completes(
         [f"dlaas-{job_id}-learner-1-a1", f"dlaas-{job_id}-learner-2-a1"],
         [f"dlaas-{job_id}-learner-2-a2"],
     ]
-    # The fake runner reports no progress: the job follows the learners' exits (learner 1
-    # finishes first, so the job counts as fetching until learner 2 finishes too).
-    assert states == [
+    # The fake runner reports no progress: the job follows the learners' exits. While
+    # learner 1 has finished and learner 2 not yet, the job counts as fetching; on a busy
+    # machine both exits can land in one pass, and that step is not seen.
+    assert states[:4] == [
         JobState.QUEUED,
         JobState.DEPLOYING,
         JobState.RECOVERING,
         JobState.DEPLOYING,
-        JobState.DOWNLOADING,
-        JobState.RUNNING,
-        JobState.COMPLETED,
     ]
+    assert states[-1] == JobState.COMPLETED
+    assert states[4:-1] in ([JobState.DOWNLOADING, JobState.RUNNING], [JobState.RUNNING], [])
 
 
 async def test_late_reports_from_the_replaced_learner_are_ignored(
