@@ -11,6 +11,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -53,6 +54,18 @@ class Team(Base):
         ForeignKey("users.id", ondelete="CASCADE"), unique=True, default=None
     )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # What the scheduler guarantees the team (nominal) and lets it borrow beyond that of
+    # other teams' idle quota; NULL: not limited (`storage.team_quotas`).
+    quota_gpus: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
+    quota_millicpus: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    quota_memory: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    quota_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    borrow_gpus: Mapped[dict[str, int] | None] = mapped_column(JSON, default=None)
+    borrow_millicpus: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    borrow_memory: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    borrow_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
+    max_priority: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class Membership(Base):

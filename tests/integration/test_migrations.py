@@ -17,6 +17,7 @@ from storage.api_tokens import hash_token
 from storage.db import make_engine, make_sessionmaker, sync_url
 from storage.migrate import alembic_config, upgrade
 from storage.models import Base
+from storage.team_quotas import TeamQuota, set_team_quota, team_quotas
 from storage.users import user_by_token
 from tests.services import PostgresServer
 
@@ -146,4 +147,46 @@ def test_0009_gives_each_user_a_team_of_their_own_and_keeps_their_token(
         kept = conn.execute(text("SELECT name, token_hash FROM users ORDER BY name")).all()
         assert [tuple(row) for row in kept] == [("ana", hash_token(token)), ("bo", "b" * 64)]
         assert "team_id" not in {c["name"] for c in inspect(conn).get_columns("jobs")}
+    engine.dispose()
+
+
+def test_0010_gives_every_team_an_unlimited_quota_and_takes_it_away_again(
+    empty_database_url: str,
+) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0009")
+    engine = create_engine(sync_url(empty_database_url), poolclass=pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO teams (id, name, created_at) VALUES (1, 'vision', CURRENT_TIMESTAMP)")
+        )
+
+    upgrade(empty_database_url)
+
+    async def quotas_then_set() -> tuple[list[TeamQuota], TeamQuota]:
+        db = make_engine(empty_database_url)
+        try:
+            async with make_sessionmaker(db)() as session:
+                before = await team_quotas(session)
+                after = await set_team_quota(
+                    session, "vision", gpus={"A100": 8}, millicpus=16000, weight=2.0
+                )
+                await session.commit()
+                return before, after
+        finally:
+            await db.dispose()
+
+    before, after = asyncio.run(quotas_then_set())
+    none = dict.fromkeys(("gpus", "millicpus", "memory", "jobs"), None)
+    borrow_none = {f"borrow_{name}": None for name in none}
+    assert before == [TeamQuota("vision", **none, **borrow_none, weight=1.0, max_priority=0)]
+    assert after == TeamQuota(
+        "vision", **{**none, "gpus": {"A100": 8}, "millicpus": 16000}, **borrow_none, weight=2.0
+    )
+
+    command.downgrade(config, "0009")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("teams")}
+        assert columns == {"id", "name", "personal_user_id", "created_at"}
+        assert conn.execute(text("SELECT name FROM teams")).scalar_one() == "vision"
     engine.dispose()
