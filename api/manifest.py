@@ -40,6 +40,10 @@ MAX_DEPTH = 24
 MAX_NUMBER_CHARS = 100
 MAX_REGEX_CHARS = 2_000
 MAX_MEMORY_BYTES = 1024**5
+# a job's priority, bounded further by its team's max_priority (`api.services.priority`)
+MIN_PRIORITY = -1000
+MAX_PRIORITY = 1000
+MAX_RUNTIME_S = 366 * 86_400
 # the largest whole number every reader of a manifest holds (SQL, JSON, Kubernetes quantities)
 MAX_WHOLE_NUMBER = 2**63 - 1
 YAML_LIMITS = YamlLimits(
@@ -130,6 +134,35 @@ def parse_memory(value: object) -> int:
     return result
 
 
+# --- durations ----------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"\s*([0-9]+)\s*([smhd]?)\s*\Z", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+DURATION_FORMS = "whole seconds (5400) or a number with a unit: 90m, 2h, 1d (s, m, h or d)"
+
+
+def parse_duration(value: object) -> int:
+    """'90m' -> 5400, '2h' -> 7200, 3600 -> 3600. ValueError on anything else; the result
+    lies between 1 second and MAX_RUNTIME_S (366 days)."""
+    seconds: int
+    if isinstance(value, bool):
+        raise ValueError(f"must be {DURATION_FORMS}")
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        seconds = int(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(f"{_show(value)} is not understood; use {DURATION_FORMS}")
+        seconds = int(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    else:
+        raise ValueError(f"must be {DURATION_FORMS}")
+    if seconds <= 0:
+        raise ValueError(f"must be more than 0 seconds; use {DURATION_FORMS}")
+    if seconds > MAX_RUNTIME_S:
+        raise ValueError(f"{_show(value)} is above the limit of 366 days; ask for at most 366d")
+    return seconds
+
+
 # --- small field types --------------------------------------------------------------------
 
 
@@ -170,6 +203,7 @@ Name = Annotated[
     AfterValidator(_printable),
 ]
 Memory = Annotated[int, BeforeValidator(parse_memory)]
+Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
 class _Lenient(BaseModel):
@@ -389,6 +423,11 @@ class Manifest(_Lenient):
     framework: Framework
     evaluation_metrics: EvaluationMetrics | None = None
 
+    # Higher starts first among the team's jobs; up to the team's max_priority.
+    priority: Annotated[int, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)] = 0
+    # Estimated run time in seconds, which lets a short job start early in room held for a
+    # bigger one; the job is not stopped at it.
+    max_runtime: Duration | None = None
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
     parameter_server: ParameterServer | None = None
@@ -489,6 +528,10 @@ _FIXES: dict[str, str] = {
     "gpus": "use a whole number of GPUs per learner, 0 or more, up to 64",
     "cpus": "use a number of CPUs per learner above 0 and up to 1024, e.g. 0.5 or 2",
     "name": "use up to 100 printable characters on one line",
+    "priority": (
+        f"use a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher starts first); "
+        "your team's max_priority bounds it (`dlaas team quota TEAM`)"
+    ),
     "data_stores": (
         "give a list of stores, each with id, type, training_data: {container: ...} and "
         "training_results: {container: ...}"

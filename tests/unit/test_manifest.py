@@ -163,6 +163,7 @@ def test_defaults() -> None:
         "cpus": 1.0,
         "memory": 10**9,
         "framework": {"command": "python train.py"},
+        "priority": 0,
         "checkpoint": {"interval_s": 30.0, "keep": 2},
         "restart_policy": {
             "max_restarts": 3,
@@ -175,6 +176,36 @@ def test_defaults() -> None:
         },
         "environment": {},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("3600", 3600), ("5400.0", 5400), ("'90m'", 5400), ("2h", 7200), ("1d", 86400), ("45s", 45)],
+)
+def test_max_runtime_is_kept_as_seconds(text: str, seconds: int) -> None:
+    m = parse_manifest(f"max_runtime: {text}\n" + MINIMAL)
+    assert m.max_runtime == seconds
+    assert m.normalized()["max_runtime"] == seconds
+    assert Manifest.model_validate(m.normalized()) == m
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "1.5", "90 minutes", "2w", "true", "[1]", "367d"])
+def test_a_max_runtime_that_is_not_a_duration_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(Invalid) as refusal:
+        parse_manifest(f"max_runtime: {text}\n" + MINIMAL)
+    assert refusal.value.field == "max_runtime"
+    assert "max_runtime" in refusal.value.detail
+
+
+def test_priority_defaults_to_0_and_is_bounded() -> None:
+    assert parse_manifest(MINIMAL).priority == 0
+    assert parse_manifest("priority: -1000\n" + MINIMAL).priority == -1000
+    assert parse_manifest("priority: 1000\n" + MINIMAL).priority == 1000
+    for text in ("1001", "-1001", "1.5", "high"):
+        with pytest.raises(Invalid) as refusal:
+            parse_manifest(f"priority: {text}\n" + MINIMAL)
+        assert refusal.value.field == "priority"
+        assert "-1000 to 1000" in refusal.value.detail, refusal.value.detail
 
 
 def test_scalars_read_as_numbers_stay_text() -> None:
