@@ -81,6 +81,8 @@ PERMISSIONS: dict[str, Rule] = {
     "POST /v2/teams/{team}/members": Rule(_T, _TEAM_ADMIN, "add members to it"),
     "PATCH /v2/teams/{team}/members/{user}": Rule(_T, _TEAM_ADMIN, "change its members' roles"),
     "DELETE /v2/teams/{team}/members/{user}": Rule(_T, _TEAM_ADMIN, "remove its members"),
+    "GET /v2/teams/{team}/quota": Rule(_T, _VIEWER, "read its quota"),
+    "PUT /v2/teams/{team}/quota": Rule(_T, _ADMIN, "set a team's quota"),
     # users and their tokens
     "POST /v2/users": Rule(_P, _ADMIN, "create users"),
     "GET /v2/users": Rule(_P, _ADMIN, "list users"),
@@ -123,7 +125,7 @@ def decide(rule: Rule, level: Level | None) -> Decision:
 def refusal(rule: Rule, level: Level, team: str | None = None) -> str:
     """Why a caller at `level` is refused, and what would let them through."""
     least = rule.least.label
-    if rule.scope is Scope.PLATFORM:
+    if rule.scope is Scope.PLATFORM or rule.least is Level.PLATFORM_ADMIN:
         return f"only a {least} may {rule.what}"
     return (
         f"you are a {level.label} of team {team}: only a {least} or above may {rule.what}; "

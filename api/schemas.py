@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from api.quota_schemas import QuotaPublic
 from storage.models import ApiToken, Job, JobEvent
 
 NextCursor = Annotated[
@@ -181,6 +182,7 @@ class TeamPublic(BaseModel):
     members: int
     role: RoleName | None = Field(description="the caller's role in it (null: none)")
     created_at: datetime
+    quota: QuotaPublic = Field(description="its quota for the scheduler")
 
 
 class TeamList(BaseModel):

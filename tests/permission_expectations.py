@@ -29,6 +29,8 @@ EXPECTED: dict[str, tuple[Scope, Level]] = {
     "POST /v2/teams/{team}/members": (Scope.TEAM, Level.TEAM_ADMIN),
     "PATCH /v2/teams/{team}/members/{user}": (Scope.TEAM, Level.TEAM_ADMIN),
     "DELETE /v2/teams/{team}/members/{user}": (Scope.TEAM, Level.TEAM_ADMIN),
+    "GET /v2/teams/{team}/quota": (Scope.TEAM, Level.VIEWER),
+    "PUT /v2/teams/{team}/quota": (Scope.TEAM, Level.PLATFORM_ADMIN),
     "POST /v2/users": (Scope.PLATFORM, Level.PLATFORM_ADMIN),
     "GET /v2/users": (Scope.PLATFORM, Level.PLATFORM_ADMIN),
     "GET /v2/users/me": (Scope.PLATFORM, Level.SIGNED_IN),

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Response
 from api.access import Allowed, TeamAccess
 from api.deps import SessionDep
 from api.pagination import PageQuery
+from api.quota_schemas import QuotaBody, QuotaPublic, quota_public
 from api.schemas import (
     NAME,
     MemberAdd,
@@ -20,7 +21,9 @@ from api.schemas import (
     TeamPublic,
 )
 from api.services import teams as service
+from api.services.team_quotas import set_quota
 from storage.roles import Role
+from storage.team_quotas import quota_of
 
 router = APIRouter(prefix="/v2/teams", tags=["teams"])
 
@@ -72,3 +75,17 @@ async def set_role(
 async def remove_member(user: MemberName, access: TeamAccess, session: SessionDep) -> Response:
     await service.remove_member(session, access.team, user)
     return Response(status_code=204)
+
+
+@router.get("/{team}/quota", response_model=QuotaPublic)
+async def get_quota(access: TeamAccess) -> QuotaPublic:
+    """The team's quota for the scheduler: what it is guaranteed, how far beyond that it
+    may borrow other teams' idle quota, its weight and its highest priority."""
+    return quota_public(quota_of(access.team))
+
+
+@router.put("/{team}/quota", response_model=QuotaPublic)
+async def put_quota(body: QuotaBody, access: TeamAccess, session: SessionDep) -> QuotaPublic:
+    """Set the team's quota as a whole (platform admins only): an amount left out or null is
+    not limited, weight 1 and max_priority 0 unless given."""
+    return await set_quota(session, access.team, body)

@@ -8,10 +8,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.pagination import PageRequest, name_cursor, name_position, split_page
+from api.quota_schemas import quota_public
 from api.schemas import NAME, NAME_RULE, MemberList, MemberPublic, TeamList, TeamPublic
 from storage import teams as repo
 from storage.models import Membership, Team
 from storage.roles import Role
+from storage.team_quotas import quota_of
 from storage.users import user_by_name
 
 
@@ -42,6 +44,7 @@ async def team_public(session: AsyncSession, user: Principal, team: Team) -> Tea
         members=await repo.member_count(session, team.id),
         role=role.value if role is not None else None,
         created_at=team.created_at,
+        quota=quota_public(quota_of(team)),
     )
 
 

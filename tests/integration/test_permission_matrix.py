@@ -142,6 +142,11 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
         ),
         204,
     ),
+    "GET /v2/teams/{team}/quota": (lambda w, c: c.get(f"/v2/teams/{w.team}/quota"), 200),
+    "PUT /v2/teams/{team}/quota": (
+        lambda w, c: c.put(f"/v2/teams/{w.team}/quota", json={"gpus": {"A100": 2}}),
+        200,
+    ),
     "POST /v2/users": (lambda w, c: c.post("/v2/users", json={"name": _unique("u")}), 201),
     "GET /v2/users": (lambda w, c: c.get("/v2/users"), 200),
     "GET /v2/users/me": (lambda w, c: c.get("/v2/users/me"), 200),
