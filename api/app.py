@@ -32,6 +32,7 @@ from api.routes import (
     job_objects,
     jobs,
     logs,
+    queue,
     results,
     system,
     teams,
@@ -51,7 +52,19 @@ from storage.settings import Settings
 log = logging.getLogger("dlaas.api")
 
 # Every module of routes the API serves
-ROUTE_MODULES = (jobs, logs, results, data, usage, users, teams, tokens, system, job_objects)
+ROUTE_MODULES = (
+    jobs,
+    logs,
+    results,
+    data,
+    usage,
+    queue,
+    users,
+    teams,
+    tokens,
+    system,
+    job_objects,
+)
 
 JSON_BODY_LIMIT = BodyLimit(
     1024**2, "body", "JSON requests are small; send only the fields the route takes"

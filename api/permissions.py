@@ -97,6 +97,7 @@ PERMISSIONS: dict[str, Rule] = {
     "GET /v2/data/{container}": Rule(_P, _ANY, "list their own data"),
     "GET /v2/usage": Rule(_P, _ANY, "see their own usage"),
     "GET /v2/cluster": Rule(_P, _ANY, "see the cluster"),
+    "GET /v2/queue": Rule(_P, _ANY, "see their teams' waiting jobs"),
 }
 
 

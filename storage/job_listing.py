@@ -99,3 +99,11 @@ async def owner_and_team_names(
         select(Team.id, Team.name).where(Team.id.in_({job.team_id for job in jobs}))
     )
     return {i: name for i, name in owners.all()}, {i: name for i, name in teams.all()}
+
+
+async def jobs_by_id(session: AsyncSession, job_ids: Collection[str]) -> dict[str, Job]:
+    """The jobs of these ids that exist and are not deleted, by id."""
+    if not job_ids:
+        return {}
+    query = select(Job).where(Job.id.in_(sorted(set(job_ids))), Job.deleted_at.is_(None))
+    return {job.id: job for job in (await session.execute(query)).scalars()}

@@ -62,14 +62,25 @@ def visible_team_ids(user: Principal) -> frozenset[int] | None:
     return None if user.is_admin else frozenset(team.team_id for team in user.teams)
 
 
+async def wanted_team_ids(
+    session: AsyncSession, user: Principal, team_name: str | None
+) -> frozenset[int] | None:
+    """The teams whose jobs to show: those the user sees (None: every team's), or only the
+    one named if they see it (none if they do not)."""
+    team_ids = visible_team_ids(user)
+    if team_name is None:
+        return team_ids
+    team = await team_by_name(session, team_name)
+    if team is None or (team_ids is not None and team.id not in team_ids):
+        return frozenset()
+    return frozenset({team.id})
+
+
 async def _filter(session: AsyncSession, user: Principal, search: JobSearch) -> JobFilter | None:
     """What to list of the jobs the user sees; None when the filters leave nothing."""
-    team_ids = visible_team_ids(user)
-    if search.team is not None:
-        team = await team_by_name(session, search.team)
-        if team is None or (team_ids is not None and team.id not in team_ids):
-            return None
-        team_ids = frozenset({team.id})
+    team_ids = await wanted_team_ids(session, user, search.team)
+    if search.team is not None and not team_ids:
+        return None
     owner_id = None
     if search.owner is not None:
         owner = await user_by_name(session, search.owner)

@@ -165,6 +165,7 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
     "GET /v2/data/{container}": (lambda w, c: c.get("/v2/data/box"), 200),
     "GET /v2/usage": (lambda w, c: c.get("/v2/usage"), 200),
     "GET /v2/cluster": (lambda w, c: c.get("/v2/cluster"), 200),
+    "GET /v2/queue": (lambda w, c: c.get("/v2/queue"), 200),
 }
 
 
