@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import secrets
 import zipfile
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
 from storage.settings import Settings
+from tests.services import free_port
 
 ADMIN_TOKEN = "dlaas_test-admin-token-0123456789abcdef"
 
@@ -125,3 +128,22 @@ async def running_api(
         harness.admin = harness.client(ADMIN_TOKEN)
         async with harness.admin:
             yield harness
+
+
+@asynccontextmanager
+async def served(app: FastAPI) -> AsyncIterator[int]:
+    """`app` (its lifespan already entered) behind uvicorn on a free port."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_config=None)
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()  # its start-up error
+                raise RuntimeError("uvicorn stopped before it started")
+            await asyncio.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        await serving

@@ -10,20 +10,16 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from api.app import JSON_BODY_LIMIT, SUBMIT_FORM_OVERHEAD
 from api.manifest import MAX_MANIFEST_BYTES
-from tests.integration.api_harness import ADMIN_TOKEN, MANIFEST, MODEL_ZIP, running_api
-from tests.services import free_port
+from tests.integration.api_harness import ADMIN_TOKEN, MANIFEST, MODEL_ZIP, running_api, served
 
 MiB = 1024**2
 ANSWER_TIMEOUT_S = 30.0  # a bound on a hang, not a wait: answers come in milliseconds
@@ -33,25 +29,6 @@ ANSWER_TIMEOUT_S = 30.0  # a bound on a hang, not a wait: answers come in millis
 class Served:
     port: int
     limits: dict[str, int]  # of JSON routes, data uploads and job submissions
-
-
-@asynccontextmanager
-async def served(app: FastAPI) -> AsyncIterator[int]:
-    """`app` (its lifespan already entered) behind uvicorn on a free port."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_config=None)
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if serving.done():
-                serving.result()  # its start-up error
-                raise RuntimeError("uvicorn stopped before it started")
-            await asyncio.sleep(0.01)
-        yield port
-    finally:
-        server.should_exit = True
-        await serving
 
 
 @pytest.fixture
