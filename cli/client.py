@@ -237,6 +237,14 @@ class DlaasClient(TenancyCalls):
     def usage(self) -> dict[str, Any]:
         return self._json("GET", "/v2/usage")
 
+    def queue(self, team: str | None = None) -> dict[str, Any]:
+        """The waiting jobs of your teams (of `team`), every page: `{"at", "jobs"}`."""
+        pages = list(self._pages("/v2/queue", {"team": team} if team is not None else None))
+        return {
+            "at": pages[0].get("at"),
+            "jobs": [job for page in pages for job in page.get("jobs") or []],
+        }
+
     def health(self) -> dict[str, Any]:
         return self._json("GET", "/healthz")
 
@@ -331,17 +339,20 @@ class DlaasClient(TenancyCalls):
         self, path: str, key: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The items under `key` of every page of a list, following each page's `next`."""
-        items: list[dict[str, Any]] = []
+        return [item for body in self._pages(path, params) for item in body.get(key) or []]
+
+    def _pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every page of a list, following each page's `next`."""
         cursor: str | None = None
         while True:
             page_params = dict(params or {})
             if cursor is not None:
                 page_params["cursor"] = cursor
             body = self._json("GET", path, params=page_params)
-            items.extend(body.get(key) or [])
+            yield body
             following = body.get("next")
             if not following:
-                return items
+                return
             if following == cursor:
                 raise ApiError(
                     200,

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from cli import cluster, data, jobs, logs, results, secrets, teams, tokens, ui, usage, users
+from cli import (
+    cluster,
+    data,
+    jobs,
+    logs,
+    queue,
+    results,
+    secrets,
+    teams,
+    tokens,
+    ui,
+    usage,
+    users,
+)
 from cli.context import DebugOption, GlobalOptions, OutputOption, TokenOption, UrlOption
 from cli.up import register as register_up
 
@@ -41,6 +54,7 @@ results.register(app)
 data.register(app)
 cluster.register(app)
 usage.register(app)
+queue.register(app)
 ui.register(app)
 secrets.register(app)
 teams.register(app)

@@ -77,23 +77,48 @@ def transfer_progress(total: int, description: str) -> Iterator[ProgressCallback
         yield lambda n: progress.advance(task, n)
 
 
-def format_time(value: Any) -> str:
-    """A server timestamp (ISO text or unix seconds) as local `YYYY-MM-DD HH:MM:SS`."""
-    if value is None or value == "":
-        return "-"
+def _moment(value: Any) -> datetime | None:
+    """A server timestamp (ISO text or unix seconds) as an aware time; None if it is not one."""
     moment: datetime | None = None
-    if isinstance(value, int | float):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         moment = datetime.fromtimestamp(float(value), tz=UTC)
     elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            return value
+            return None
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+def format_time(value: Any) -> str:
+    """A server timestamp (ISO text or unix seconds) as local `YYYY-MM-DD HH:MM:SS`."""
+    if value is None or value == "":
+        return "-"
+    moment = _moment(value)
     if moment is None:
         return str(value)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_from_now(value: Any, now: datetime | None = None) -> str:
+    """A server timestamp as how far ahead it is: "in 45s", "in 5m", "in 2h 10m", "in 3d 4h";
+    "now" once it has passed; "-" for none."""
+    moment = _moment(value)
+    if moment is None:
+        return "-"
+    seconds = int((moment - (now or datetime.now(UTC))).total_seconds())
+    if seconds <= 0:
+        return "now"
+    if seconds < 60:
+        return f"in {seconds}s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86_400
+    if hours == 0:
+        return f"in {minutes}m"
+    if days == 0:
+        return f"in {hours}h {minutes % 60}m" if minutes % 60 else f"in {hours}h"
+    return f"in {days}d {hours % 24}h" if hours % 24 else f"in {days}d"
 
 
 def format_size(size: Any) -> str:

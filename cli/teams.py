@@ -9,6 +9,7 @@ import typer
 
 from cli.context import Invocation, dlaas_command
 from cli.output import format_time, note, print_json, print_plain, print_table
+from cli.team_quota import quota
 
 team_app = typer.Typer(help="Teams: who may see and act on which jobs.", no_args_is_help=True)
 
@@ -118,4 +119,5 @@ def register(app: typer.Typer) -> None:
     team_app.command("add-member")(add_member)
     team_app.command("set-role")(set_role)
     team_app.command("remove-member")(remove_member)
+    team_app.command("quota")(quota)
     app.add_typer(team_app, name="team")

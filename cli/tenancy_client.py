@@ -35,6 +35,13 @@ class TenancyCalls(ABC):
     def team_members(self, name: str) -> list[dict[str, Any]]:
         return self._every(f"/v2/teams/{_part(name)}/members", "members")
 
+    def team_quota(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/v2/teams/{_part(name)}/quota")
+
+    def set_team_quota(self, name: str, quota: dict[str, Any]) -> dict[str, Any]:
+        """Set the team's quota as a whole (`PUT /v2/teams/{team}/quota`)."""
+        return self._json("PUT", f"/v2/teams/{_part(name)}/quota", json=quota)
+
     def add_member(self, team: str, user: str, role: str) -> dict[str, Any]:
         body = {"user": user, "role": role}
         return self._json("POST", f"/v2/teams/{_part(team)}/members", json=body)
