@@ -4,43 +4,101 @@ not limited. `storage.team_quotas` keeps it in the scheduler's units (millicpus,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
-from api.manifest import MAX_PRIORITY, parse_memory
+from api.json_numbers import whole_number
+from api.manifest import MAX_MEMORY_BYTES, MAX_PRIORITY, parse_memory
 from storage.team_quotas import TeamQuota
 
 MAX_CPUS = 1_000_000
-MAX_JOBS = 1_000_000
+MAX_COUNT = 1_000_000
 MAX_WEIGHT = 1000.0
 GPU_PRODUCT = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+# Memory as text: bytes, or a number with a unit, each unit with as many digits as keep it
+# within 1 PiB (MAX_MEMORY_BYTES), so that whatever the pattern lets through is a quota.
+MEMORY_TEXT = re.compile(
+    r"^([0-9]{1,15}B?"
+    r"|[0-9]{1,12}(\.[0-9]{1,3})?Ki?[bB]?"
+    r"|[0-9]{1,9}(\.[0-9]{1,3})?Mi?[bB]?"
+    r"|[0-9]{1,6}(\.[0-9]{1,3})?Gi?[bB]?"
+    r"|[0-9]{1,3}(\.[0-9]{1,3})?Ti?[bB]?)$"
+)
+MEMORY_FORMS = 'bytes up to 1 PiB, or a number with a unit: "64GiB", "512Mi", "100GB", "1Ti"'
 
 
 def _memory(value: object) -> object:
     """Bytes, or "64GiB"-style text as the manifest's memory takes; 0 is a quota too."""
-    if value is None or value == 0 or value == "0":
-        return 0 if value is not None else None
-    return parse_memory(value)
+    if isinstance(value, str):
+        if not MEMORY_TEXT.match(value):
+            raise ValueError(f"{value[:40]!r} is not understood; use {MEMORY_FORMS}")
+        number = re.match(r"[0-9.]+", value)
+        if number is not None and float(number.group()) == 0:
+            return 0
+    elif value == 0 and not isinstance(value, bool):
+        return 0
+    return None if value is None else parse_memory(value)
 
 
-GpuCounts = dict[
-    Annotated[str, Field(pattern=GPU_PRODUCT, description="a GPU product, e.g. A100")],
-    Annotated[int, Field(ge=0, le=MAX_JOBS)],
+Count = Annotated[int, BeforeValidator(whole_number), Field(ge=0, le=MAX_COUNT)]
+GpuCounts = Annotated[
+    dict[str, Count],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": 'GPUs by product, e.g. {"A100": 8}',
+            "patternProperties": {
+                GPU_PRODUCT: {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
+            },
+            "additionalProperties": False,
+        }
+    ),
 ]
 Cpus = Annotated[float, Field(ge=0, le=MAX_CPUS, description="CPUs, e.g. 16 or 0.5")]
 Memory = Annotated[
     int | None,
-    BeforeValidator(_memory, json_schema_input_type=int | str | None),
-    Field(description='bytes, or a number with a unit: "64GiB", "512Mi", "100GB"'),
+    BeforeValidator(_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": MAX_MEMORY_BYTES},
+                {"type": "string", "pattern": MEMORY_TEXT.pattern},
+                {"type": "null"},
+            ],
+            "description": MEMORY_FORMS,
+        }
+    ),
 ]
-Jobs = Annotated[int, Field(ge=0, le=MAX_JOBS, description="jobs running at once")]
+Jobs = Annotated[
+    int,
+    BeforeValidator(whole_number),
+    Field(ge=0, le=MAX_COUNT, description="jobs running at once"),
+]
+
+
+def _check_products(gpus: dict[str, int] | None) -> dict[str, int] | None:
+    for product in gpus or {}:
+        if not re.match(GPU_PRODUCT, product):
+            raise ValueError(
+                f"{product[:40]!r} is not a GPU product: use letters, digits, '.', '_' or '-', "
+                "e.g. A100"
+            )
+    return gpus
 
 
 class AmountsBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
-    gpus: GpuCounts | None = None
+    gpus: Annotated[GpuCounts | None, AfterValidator(_check_products)] = None
     cpus: Cpus | None = None
     memory: Memory = None
     jobs: Jobs | None = None
@@ -56,8 +114,8 @@ class QuotaBody(AmountsBody):
     weight: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] = Field(
         1.0, description="the team's weight in fair sharing"
     )
-    max_priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY)] = Field(
-        0, description="the highest priority the team's jobs may take"
+    max_priority: Annotated[int, BeforeValidator(whole_number), Field(ge=0, le=MAX_PRIORITY)] = (
+        Field(0, description="the highest priority the team's jobs may take")
     )
 
 

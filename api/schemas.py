@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from api.json_numbers import whole_number
 from api.quota_schemas import QuotaPublic
 from storage.models import ApiToken, Job, JobEvent
 
@@ -216,18 +217,11 @@ class MemberList(BaseModel):
 MAX_TOKEN_LIFETIME_S = 5 * 366 * 24 * 3600
 
 
-def _whole_number(value: object) -> object:
-    """JSON's 30.0 is the integer 30 (JSON Schema says so); 30.5 and "30" stay refused."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 class TokenCreate(BaseModel):
     model_config = ConfigDict(strict=True)
 
     name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
-    expires_in: Annotated[int | None, BeforeValidator(_whole_number)] = Field(
+    expires_in: Annotated[int | None, BeforeValidator(whole_number)] = Field(
         None,
         ge=1,
         le=MAX_TOKEN_LIFETIME_S,

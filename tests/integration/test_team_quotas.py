@@ -16,7 +16,7 @@ FULL = {
     "cpus": 16,
     "memory": "64GiB",
     "jobs": 10,
-    "borrowing_limit": {"gpus": {"A100": 4}, "cpus": 8.5, "memory": 0},
+    "borrowing_limit": {"gpus": {"A100": 4}, "cpus": 8.5, "memory": "0Gi", "jobs": 3.0},
     "weight": 2,
     "max_priority": 10,
 }
@@ -45,7 +45,8 @@ async def test_a_platform_admin_sets_a_quota_the_team_and_the_scheduler_read(
     shown = (await member.client.get(f"/v2/teams/{team}/quota")).json()
     assert shown == put.json()
     assert shown["memory"] == 64 * 2**30 and shown["cpus"] == 16.0
-    assert shown["borrowing_limit"] == {"gpus": {"A100": 4}, "cpus": 8.5, "memory": 0, "jobs": None}
+    borrowing = {"gpus": {"A100": 4}, "cpus": 8.5, "memory": 0, "jobs": 3}
+    assert shown["borrowing_limit"] == borrowing
     assert (await member.client.get(f"/v2/teams/{team}")).json()["quota"] == shown
 
     async with api.app.state.dlaas.sessions() as session:
@@ -56,7 +57,7 @@ async def test_a_platform_admin_sets_a_quota_the_team_and_the_scheduler_read(
         64 * 2**30,
         0,
         10,
-        None,
+        3,
     )
     assert (stored.weight, stored.max_priority) == (2.0, 10)
 
@@ -85,7 +86,10 @@ async def test_only_a_platform_admin_sets_a_quota(api: Harness) -> None:
         ({"memory": -5}, "memory", "more than 0 bytes"),
         ({"jobs": 1.5}, "jobs", "integer"),
         ({"gpus": {"A100": -1}}, "gpus.A100", "greater than or equal to 0"),
-        ({"gpus": {"no such/gpu": 1}}, "gpus.no such/gpu", "pattern"),
+        ({"gpus": {"no such/gpu": 1}}, "gpus", "'no such/gpu' is not a GPU product"),
+        ({"memory": "1.5 GiB"}, "memory", "is not understood"),
+        ({"memory": "2000Ti"}, "memory", "is not understood"),
+        ({"memory": 2**60}, "memory", "above the limit of 1 PiB"),
         ({"gpus": [8]}, "gpus", "dictionary"),
         ({"borrowing_limit": {"cpus": "lots"}}, "borrowing_limit.cpus", "number"),
         ({"borrowing_limit": {"weight": 2}}, "borrowing_limit.weight", "Extra"),
