@@ -30,6 +30,10 @@ from cli.output import (
 
 JobId = Annotated[str, typer.Argument(metavar="ID", help="The job id (training-...).")]
 
+TeamFilter = Annotated[
+    str | None, typer.Option("--team", help="Only this team's jobs.", show_default=False)
+]
+
 WAIT_FINAL_STATES = frozenset({"COMPLETED", "FAILED", "HALTED"})
 
 
@@ -145,10 +149,7 @@ def list_jobs(
             show_default=False,
         ),
     ] = None,
-    team: Annotated[
-        str | None,
-        typer.Option("--team", help="Only this team's jobs.", show_default=False),
-    ] = None,
+    team: TeamFilter = None,
 ) -> None:
     """List your teams' jobs, newest first: the first page, or every job with --all."""
     wanted = [state.upper() for state in states or []]

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from cli.context import Invocation, dlaas_command
+from cli.jobs import TeamFilter
 from cli.output import format_from_now, format_time, note, print_json, print_table
 
 
 @dlaas_command
 def queue(
     inv: Invocation,
-    team: Annotated[
-        str | None,
-        typer.Option("--team", help="Only this team's waiting jobs.", show_default=False),
-    ] = None,
+    team: TeamFilter = None,
 ) -> None:
     """List your teams' waiting jobs, next to start first, with why each waits."""
     view = inv.client().queue(team=team)

@@ -107,69 +107,43 @@ def _given(options: dict[str, Any], prefix: str) -> dict[str, Any]:
     }
 
 
+def _amount_option(help_text: str, metavar: str = "N") -> Any:
+    return typer.Option(
+        metavar=metavar, help=f"{help_text}; none: not limited.", show_default=False
+    )
+
+
+def _gpu_counts(flag: str, help_text: str) -> Any:
+    return typer.Option(
+        flag, metavar="PRODUCT=COUNT", help=f"{help_text}; none: not limited.", show_default=False
+    )
+
+
+Amount = str | None
+Products = list[str] | None
+
+
 @dlaas_command
 def quota(
     inv: Invocation,
     team: Annotated[str, typer.Argument(metavar="TEAM", help="The team's name.")],
     gpus: Annotated[
-        list[str] | None,
-        typer.Option(
+        Products,
+        _gpu_counts(
             "--gpus",
-            metavar="PRODUCT=COUNT",
-            help="GPUs guaranteed, by product; repeat it for several (they replace the "
-            "GPU quota as a whole); none: not limited.",
-            show_default=False,
+            "GPUs guaranteed, by product; repeat it for several (together they replace the "
+            "GPU quota)",
         ),
     ] = None,
-    cpus: Annotated[
-        str | None,
-        typer.Option(
-            metavar="N", help="CPUs guaranteed, e.g. 16; none: not limited.", show_default=False
-        ),
-    ] = None,
-    memory: Annotated[
-        str | None,
-        typer.Option(
-            metavar="SIZE",
-            help="Memory guaranteed, e.g. 64GiB; none: not limited.",
-            show_default=False,
-        ),
-    ] = None,
-    jobs: Annotated[
-        str | None,
-        typer.Option(
-            metavar="N", help="Jobs running at once; none: not limited.", show_default=False
-        ),
-    ] = None,
+    cpus: Annotated[Amount, _amount_option("CPUs guaranteed, e.g. 16")] = None,
+    memory: Annotated[Amount, _amount_option("Memory guaranteed, e.g. 64GiB", "SIZE")] = None,
+    jobs: Annotated[Amount, _amount_option("Jobs running at once")] = None,
     borrow_gpus: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--borrow-gpus",
-            metavar="PRODUCT=COUNT",
-            help="GPUs the team may borrow beyond its quota, by product; none: not limited.",
-            show_default=False,
-        ),
+        Products, _gpu_counts("--borrow-gpus", "GPUs it may borrow beyond its quota, by product")
     ] = None,
-    borrow_cpus: Annotated[
-        str | None,
-        typer.Option(
-            metavar="N", help="CPUs it may borrow; none: not limited.", show_default=False
-        ),
-    ] = None,
-    borrow_memory: Annotated[
-        str | None,
-        typer.Option(
-            metavar="SIZE", help="Memory it may borrow; none: not limited.", show_default=False
-        ),
-    ] = None,
-    borrow_jobs: Annotated[
-        str | None,
-        typer.Option(
-            metavar="N",
-            help="Jobs it may run beyond its quota; none: not limited.",
-            show_default=False,
-        ),
-    ] = None,
+    borrow_cpus: Annotated[Amount, _amount_option("CPUs it may borrow")] = None,
+    borrow_memory: Annotated[Amount, _amount_option("Memory it may borrow", "SIZE")] = None,
+    borrow_jobs: Annotated[Amount, _amount_option("Jobs it may run beyond its quota")] = None,
     weight: Annotated[
         float | None,
         typer.Option(metavar="W", help="Its weight in fair sharing (above 0).", show_default=False),

@@ -11,7 +11,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, pool, text
+from sqlalchemy import Engine, create_engine, inspect, pool, text
 
 from storage.api_tokens import hash_token
 from storage.db import make_engine, make_sessionmaker, sync_url
@@ -84,12 +84,17 @@ def test_a_database_of_the_first_schema_upgrades_with_its_rows(empty_database_ur
     engine.dispose()
 
 
+def _at_revision(database_url: str, revision: str) -> Engine:
+    """The database migrated up to `revision`, and an engine on it."""
+    command.upgrade(alembic_config(database_url), revision)
+    return create_engine(sync_url(database_url), poolclass=pool.NullPool)
+
+
 def test_0009_gives_each_user_a_team_of_their_own_and_keeps_their_token(
     empty_database_url: str,
 ) -> None:
     config = alembic_config(empty_database_url)
-    command.upgrade(config, "0008")
-    engine = create_engine(sync_url(empty_database_url), poolclass=pool.NullPool)
+    engine = _at_revision(empty_database_url, "0008")
     token = "dlaas_a-token-from-before-teams"
     with engine.begin() as conn:
         for user_id, name, token_hash in ((1, "ana", hash_token(token)), (2, "bo", "b" * 64)):
@@ -153,9 +158,7 @@ def test_0009_gives_each_user_a_team_of_their_own_and_keeps_their_token(
 def test_0010_gives_every_team_an_unlimited_quota_and_takes_it_away_again(
     empty_database_url: str,
 ) -> None:
-    config = alembic_config(empty_database_url)
-    command.upgrade(config, "0009")
-    engine = create_engine(sync_url(empty_database_url), poolclass=pool.NullPool)
+    engine = _at_revision(empty_database_url, "0009")
     with engine.begin() as conn:
         conn.execute(
             text("INSERT INTO teams (id, name, created_at) VALUES (1, 'vision', CURRENT_TIMESTAMP)")
@@ -184,7 +187,7 @@ def test_0010_gives_every_team_an_unlimited_quota_and_takes_it_away_again(
         "vision", **{**none, "gpus": {"A100": 8}, "millicpus": 16000}, **borrow_none, weight=2.0
     )
 
-    command.downgrade(config, "0009")
+    command.downgrade(alembic_config(empty_database_url), "0009")
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns("teams")}
         assert columns == {"id", "name", "personal_user_id", "created_at"}
