@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lifecycle_manager.backends import open_backend
 from lifecycle_manager.backends.base import LearnerSpec, Resources
-from storage.cluster_nodes import NodeCapacity
+from lifecycle_manager.backends.local.capacity import local_node
 from storage.settings import Settings
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import Agent, eventually
@@ -38,16 +38,15 @@ async def test_the_local_backend_reports_its_one_node_from_the_settings(
     )
     backend = open_backend(settings)
     try:
-        assert await backend.nodes() == [
-            NodeCapacity(
-                name="local",
-                gpus=8,
-                gpu_product="A100-pretend",
-                millicpus=6000,
-                memory=32 * 2**30,
-                pretend_gpus=True,
-            )
-        ]
+        [node] = await backend.nodes()
+        assert node == local_node(settings)
+        assert (node.name, node.gpus, node.gpu_product, node.pretend_gpus) == (
+            "local",
+            8,
+            "A100-pretend",
+            True,
+        )
+        assert (node.millicpus, node.memory) == (6000, 32 * 2**30)
         assert await backend.room_for([]) is None  # the scheduler places by the nodes
     finally:
         await backend.aclose()
