@@ -42,7 +42,9 @@ from lifecycle_manager.backends.kubernetes.manifests import (
     service_manifest,
     split_env,
 )
+from lifecycle_manager.backends.kubernetes.node_capacity import cluster_nodes
 from lifecycle_manager.backends.kubernetes.pod_status import learner_status
+from storage.cluster_nodes import NodeCapacity
 from storage.settings import Settings
 
 WAIT_POLL_S = 0.1
@@ -284,6 +286,10 @@ class KubernetesBackend:
         )
 
     # -- list -----------------------------------------------------------------------------
+
+    async def nodes(self) -> list[NodeCapacity]:
+        answer = await asyncio.to_thread(self.calls.json, self.calls.core.list_node)
+        return cluster_nodes(answer.get("items") or [])
 
     async def _pods(self, selector: str) -> list[dict[str, Any]]:
         answer = await asyncio.to_thread(
