@@ -99,11 +99,6 @@ class ClusterBackend(Protocol):
         """Create every learner of a gang; returns the names that did not exist before."""
         ...
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        """Why the cluster cannot hold these learners of a gang now (what `create_learners`
-        would refuse with `NoCapacity`), or None when it can. Creates nothing."""
-        ...
-
     async def delete_learners(
         self,
         job_id: str,

@@ -10,6 +10,7 @@ backoff, and the periodic reconcile catches whatever a lost retry misses).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from lifecycle_manager.glue.learner_restarts import (
 )
 from lifecycle_manager.glue.learner_specs import learner_specs
 from lifecycle_manager.glue.learner_stopping import mark_stopped, mark_stopping
-from lifecycle_manager.glue.scheduling import admitted, run_pass
+from lifecycle_manager.glue.scheduling import admitted, placement_for, run_pass
 from storage import job_credentials, streams
 from storage import jobs as repo
 from storage.job_states import (
@@ -157,10 +158,15 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
 async def _specs_of_attempt(
     ctx: Context, session: AsyncSession, job: Job, attempt: int, job_token: str = ""
 ) -> list[LearnerSpec]:
-    """The learners of `attempt`: all of a gang, or those a learner restart re-creates."""
+    """The learners of `attempt`: all of a gang, or those a learner restart re-creates,
+    each on the node the job's admission placed it on."""
     of_attempt = {r.index for r in await repo.learners_of(session, job.id) if r.attempt == attempt}
+    placement = await placement_for(session, job.id)
+    nodes = placement.nodes if placement is not None else ()
     return [
-        spec
+        dataclasses.replace(
+            spec, node=nodes[spec.learner - 1] if spec.learner <= len(nodes) else None
+        )
         for spec in learner_specs(
             job_id=job.id,
             owner_id=job.owner_id,

@@ -204,10 +204,6 @@ class SimulatedCluster:
                 created.append(spec.name)
         return created
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        await self._call()
-        return "the simulated cluster is full" if self.full else None
-
     async def nodes(self) -> list[NodeCapacity]:
         await self._call()
         return list(self.node_list)

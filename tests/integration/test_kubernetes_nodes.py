@@ -6,7 +6,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from lifecycle_manager.backends.base import LearnerSpec, Resources
+import pytest
+
+from lifecycle_manager.backends.base import LearnerSpec, NoCapacity, Resources
 from lifecycle_manager.glue.context import Context
 from storage.cluster_nodes import NodeCapacity
 from tests.integration import kube_harness
@@ -96,6 +98,6 @@ async def test_a_learner_placed_on_a_full_node_waits_though_another_has_room(
     """Gang admission counts only the node the learner is placed on."""
     core_api(emulator.url).create_node(node("small", {"cpu": "8", "memory": "8Gi"}))
     job_id = f"training-{secrets.token_hex(5)}"
-    shortfall = await kube_ctx.backend.room_for([learner(job_id, "small")])
-    assert shortfall is not None and "1 eligible node has 0 GPUs" in shortfall
-    assert await kube_ctx.backend.room_for([learner(job_id, "node-1")]) is None
+    with pytest.raises(NoCapacity, match="1 eligible node has 0 GPUs"):
+        await kube_ctx.backend.create_learners([learner(job_id, "small")])
+    assert await kube_ctx.backend.create_learners([learner(job_id, "node-1")])

@@ -148,13 +148,6 @@ class KubernetesBackend:
         made = [result for result in results[-len(pods) :] if isinstance(result, tuple)]
         return [spec.name for spec, (_obj, created) in zip(specs, made, strict=True) if created]
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        if not specs:
-            return None
-        return await self._shortfall(
-            specs[0].job_id, [pod_manifest(spec, self.options) for spec in specs]
-        )
-
     async def _shortfall(self, job_id: str, gang: list[dict[str, Any]]) -> str | None:
         """What the nodes lack to hold the gang's pods not created yet (gang admission)."""
         if not self.admission:

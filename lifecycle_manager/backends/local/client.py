@@ -88,10 +88,6 @@ class LocalBackend:
         responses = await asyncio.gather(*(self._put(spec) for spec in specs))
         return [spec.name for spec, created in zip(specs, responses, strict=True) if created]
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        # The node agent runs whatever it is given; the scheduler places jobs by `nodes()`.
-        return None
-
     async def nodes(self) -> list[NodeCapacity]:
         return [self.node]
 
