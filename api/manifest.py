@@ -31,6 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from api.bounded_yaml import DocumentRefused, ValueRefused, YamlLimits, load_bounded_yaml
 from api.errors import Invalid
+from storage.memory_sizes import parse_memory
+from storage.memory_sizes import shown as _show
 from storage.metric_regexes import metric_regexes as stored_metric_regexes
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -39,7 +41,6 @@ MAX_NODES = 5_000
 MAX_DEPTH = 24
 MAX_NUMBER_CHARS = 100
 MAX_REGEX_CHARS = 2_000
-MAX_MEMORY_BYTES = 1024**5
 # a job's priority, bounded further by its team's max_priority (`api.services.priority`)
 MIN_PRIORITY = -1000
 MAX_PRIORITY = 1000
@@ -76,64 +77,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SECRET_KEY = re.compile(r"pass(word|wd)?|secret|token|api_?key|private_?key|credential", re.I)
 
 
-# --- memory -------------------------------------------------------------------------------
-
-_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*\Z")
-_MEMORY_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "ki": 1024,
-    "kib": 1024,
-    "mi": 1024**2,
-    "mib": 1024**2,
-    "gi": 1024**3,
-    "gib": 1024**3,
-    "ti": 1024**4,
-    "tib": 1024**4,
-}
-MEMORY_FORMS = (
-    "a whole number of bytes, or a number with a unit: 512Mi, 1000MiB, 1.5GiB (1024-based) "
-    "or 100MB, 1Gb, 2G (1000-based)"
-)
-
-
-def parse_memory(value: object) -> int:
-    """'1Gb' -> 10**9, '512Mi' -> 512 * 2**20, 2048 -> 2048. ValueError on anything else.
-
-    The result lies between 1 byte and MAX_MEMORY_BYTES (1 PiB).
-    """
-    amount: float
-    if isinstance(value, bool):
-        raise ValueError(f"must be {MEMORY_FORMS}")
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        amount = value
-    elif isinstance(value, str):
-        match = _MEMORY_RE.match(value)
-        unit = _MEMORY_UNITS.get(match.group(2).lower()) if match else None
-        if match is None or unit is None:
-            raise ValueError(f"{_show(value)} is not understood; use {MEMORY_FORMS}")
-        amount = float(match.group(1)) * unit  # a string of many digits gives inf
-    else:
-        raise ValueError(f"must be {MEMORY_FORMS}")
-    if not amount <= MAX_MEMORY_BYTES:
-        raise ValueError(
-            f"{_show(value)} is above the limit of 1 PiB ({MAX_MEMORY_BYTES} bytes); "
-            "ask for at most 1024Ti"
-        )
-    result = round(amount)
-    if result <= 0:
-        raise ValueError(f"must be more than 0 bytes; use {MEMORY_FORMS}")
-    return result
-
-
 # --- durations ----------------------------------------------------------------------------
 
 _DURATION_RE = re.compile(r"\s*([0-9]+)\s*([smhd]?)\s*\Z", re.IGNORECASE)
@@ -164,11 +107,6 @@ def parse_duration(value: object) -> int:
 
 
 # --- small field types --------------------------------------------------------------------
-
-
-def _show(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _scalar_to_str(value: object) -> object:

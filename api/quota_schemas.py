@@ -17,7 +17,8 @@ from pydantic import (
 )
 
 from api.json_numbers import whole_number
-from api.manifest import MAX_MEMORY_BYTES, MAX_PRIORITY, parse_memory
+from api.manifest import MAX_PRIORITY
+from storage.memory_sizes import MAX_MEMORY_BYTES, parse_memory
 from storage.team_quotas import TeamQuota
 
 MAX_CPUS = 1_000_000

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage import output_keys
+from storage.cluster_nodes import PRETEND_GPUS_ENV
 
 # The platform's settings the runner needs and the program must not see: where the stores
 # are and how to sign in to them (the job's token for the object gateway above all).
@@ -73,6 +74,9 @@ class RunnerConfig:
     # In a Kubernetes learner pod: the directory the program's container shares with its
     # helpers (`learner_image.pod`). The program's container writes the log there, in LOG_DIR.
     shared_dir: Path | None = None
+    # The GPUs the learner asked for on a node that only pretends to have them (it runs on
+    # CPU); 0 elsewhere.
+    pretend_gpus: int = 0
 
     @property
     def uploads_checkpoints(self) -> bool:
@@ -197,6 +201,7 @@ def parse_config(
         else None,
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
         shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,
+        pretend_gpus=_int_env(environ, PRETEND_GPUS_ENV, 0),
     )
 
 

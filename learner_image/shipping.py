@@ -43,6 +43,14 @@ EXIT_RUNNER_FAILURE = 3
 LOG_UPLOAD_S = 10.0
 
 
+def pretend_gpus_note(gpus: int) -> str:
+    noun = "GPU" if gpus == 1 else "GPUs"
+    return (
+        f"the {gpus} {noun} per learner are pretend and the job runs on CPU: this node's GPUs "
+        "are configured with DLAAS_LOCAL_GPUS"
+    )
+
+
 class Shipper:
     def __init__(
         self,
@@ -85,6 +93,8 @@ class Shipper:
         c, reporter, output, store = self.config, self.reporter, self.output, self.store
         assert store is not None
         self._notify("RUNNING", reporter.status, LearnerState.RUNNING)
+        if c.pretend_gpus and c.learner == 1:  # one learner tells the job
+            output.line(f"[dlaas] {pretend_gpus_note(c.pretend_gpus)}")
         if restored is not None:
             named = stored_name(restored, c.checkpoint_learner)
             output.line(f"[dlaas] learner {c.learner} resumes from checkpoint {named}")

@@ -19,6 +19,9 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 NODES_KEY = "dlaas:cluster-nodes"
+# Set in the environment of a learner that asked for this many GPUs on a node whose GPUs are
+# pretend: the program runs on CPU, and the runner says so in the learner's log.
+PRETEND_GPUS_ENV = "DLAAS_PRETEND_GPUS"
 
 
 @dataclass(frozen=True)

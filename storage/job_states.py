@@ -25,6 +25,9 @@ database's rows and the learner's status reports all use these values).
 DEPLOYING goes back to QUEUED when gang admission refuses: the cluster cannot hold all of
 the job's learners at once, so none is created and the job waits, with the reason, until
 a later deploy finds room (a partial gang would hold resources it cannot use).
+Any active state goes back to QUEUED when the scheduler preempts the job: its learners were
+asked to checkpoint and stop, and it resumes from that checkpoint when admitted again
+(a preemption is not a restart: it uses none of the job's restarts).
 
 COMPLETED, FAILED and DELETED are final: nothing more happens to such a job by itself.
 A finished job may still be deleted, so COMPLETED and FAILED lead to DELETED; DELETED
@@ -86,11 +89,13 @@ _TABLE: dict[JobState, frozenset[JobState]] = {
     S.DEPLOYING: frozenset(
         {S.DOWNLOADING, S.RUNNING, S.STORING, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}
     ),
-    S.DOWNLOADING: frozenset({S.RUNNING, S.STORING, S.RECOVERING, S.HALTED, S.FAILED}),
-    S.RUNNING: frozenset({S.STORING, S.COMPLETED, S.RECOVERING, S.RESCALING, S.HALTED, S.FAILED}),
-    S.STORING: frozenset({S.COMPLETED, S.RECOVERING, S.HALTED, S.FAILED}),
-    S.RECOVERING: frozenset({S.DEPLOYING, S.DOWNLOADING, S.RUNNING, S.HALTED, S.FAILED}),
-    S.RESCALING: frozenset({S.DEPLOYING, S.RUNNING, S.RECOVERING, S.HALTED, S.FAILED}),
+    S.DOWNLOADING: frozenset({S.RUNNING, S.STORING, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}),
+    S.RUNNING: frozenset(
+        {S.STORING, S.COMPLETED, S.RECOVERING, S.RESCALING, S.QUEUED, S.HALTED, S.FAILED}
+    ),
+    S.STORING: frozenset({S.COMPLETED, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}),
+    S.RECOVERING: frozenset({S.DEPLOYING, S.DOWNLOADING, S.RUNNING, S.QUEUED, S.HALTED, S.FAILED}),
+    S.RESCALING: frozenset({S.DEPLOYING, S.RUNNING, S.RECOVERING, S.QUEUED, S.HALTED, S.FAILED}),
     S.HALTED: frozenset({S.QUEUED, S.FAILED}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),

@@ -197,6 +197,22 @@ async def transition(
     return TransitionResult(True, current)
 
 
+async def set_waiting_reason(session: AsyncSession, job_id: str, reason: str) -> bool:
+    """Say why a queued job waits, unless it left the queue meanwhile; whether it did."""
+    result = await session.execute(
+        update(Job)
+        .where(
+            Job.id == job_id,
+            Job.state == JobState.QUEUED.value,
+            Job.desired == Desired.RUN.value,
+            Job.reason != reason,
+        )
+        .values(reason=reason)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 async def mark_deleted(session: AsyncSession, job_id: str, reason: str) -> bool:
     """The user deleted the job: it is DELETED at once, whatever it was doing, and the
     lifecycle manager stops its learners and removes what it stored. Whether it moved."""
@@ -330,6 +346,21 @@ async def events_of_kind(session: AsyncSession, job_id: str, kind: str) -> Seque
         .order_by(JobEvent.id)
     )
     return (await session.execute(query)).scalars().all()
+
+
+async def latest_events(
+    session: AsyncSession, job_ids: Collection[str], kinds: Collection[str]
+) -> dict[tuple[str, str], JobEvent]:
+    """For each of the jobs, its newest event of each of `kinds`, by (job id, kind)."""
+    if not job_ids:
+        return {}
+    newest = (
+        select(func.max(JobEvent.id))
+        .where(JobEvent.job_id.in_(job_ids), JobEvent.kind.in_(kinds))
+        .group_by(JobEvent.job_id, JobEvent.kind)
+    )
+    query = select(JobEvent).where(JobEvent.id.in_(newest))
+    return {(e.job_id, e.kind): e for e in (await session.execute(query)).scalars()}
 
 
 async def latest_event(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from storage.memory_sizes import machine_memory, parse_memory
 
 
 class Settings(BaseSettings):
@@ -86,6 +89,15 @@ class Settings(BaseSettings):
     agent_program_uid_base: int = Field(default=900_000, ge=1000)
     agent_program_uids: int = Field(default=10_000, ge=1)
     agent_work_dir: Path | None = None
+    # The `local` backend's one node, as the lifecycle manager reports it: its GPUs (pretend
+    # ones: learners that ask for GPUs run on CPU, told so), their product name, its CPUs
+    # and memory ("16GiB", "512Mi", bytes); by default what this machine has.
+    local_gpus: int = Field(default=0, ge=0)
+    local_gpu_product: str = "pretend"
+    local_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 1), gt=0)
+    local_memory: Annotated[int, BeforeValidator(parse_memory)] = Field(
+        default_factory=machine_memory
+    )
 
     # The `kubernetes` backend. API server: `kube_api_url` if set, else the in-cluster
     # service account, else the kubeconfig (`KUBECONFIG`, `kube_context`).

@@ -13,3 +13,4 @@ DELETE_JOB = "dlaas.delete_job"  # args: [job_id]
 RECONCILE = "dlaas.reconcile"  # no args; also run every few seconds by the beat schedule
 RECOVER_JOB = "dlaas.recover_job"  # args: [job_id]; deploys a RECOVERING job's next attempt
 COLLECT_GARBAGE = "dlaas.collect_garbage"  # no args; run by the beat schedule
+SCHEDULE = "dlaas.schedule"  # no args; a scheduling pass (also in every reconcile)

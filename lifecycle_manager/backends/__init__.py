@@ -12,6 +12,6 @@ def open_backend(settings: Settings) -> ClusterBackend:
         from lifecycle_manager.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend.from_settings(settings)
-    from lifecycle_manager.backends.local.client import LocalBackend, agent_token
+    from lifecycle_manager.backends.local.client import LocalBackend
 
-    return LocalBackend(settings.agent_url, token=agent_token(settings))
+    return LocalBackend.from_settings(settings)

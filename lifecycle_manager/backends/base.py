@@ -1,4 +1,4 @@
-"""What a cluster backend offers the lifecycle manager: create, delete and list learners.
+"""What a cluster backend offers the lifecycle manager: its nodes; create, delete and list learners.
 
 A learner is one process (local backend) or one pod (Kubernetes) running the learner
 runner for one attempt of one job. Its name is deterministic, so creating it twice is the
@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
+
+from storage.cluster_nodes import NodeCapacity
 
 # A field of a learner's `exit` event, set by backends whose cluster says whether it killed
 # the learner for memory (Kubernetes' `OOMKilled`): "1" or "0"; absent where it cannot say.
@@ -46,6 +48,9 @@ class LearnerSpec:
     # the placement-specific part (directories, MASTER_ADDR, MASTER_PORT).
     env: dict[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
+    # The node the learner must run on (a scheduler's placement); None: wherever the
+    # cluster puts it. The local backend has one node and ignores it.
+    node: str | None = None
 
     @property
     def name(self) -> str:
@@ -84,13 +89,14 @@ class NoCapacity(BackendUnavailable):
 
 
 class ClusterBackend(Protocol):
-    async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
-        """Create every learner of a gang; returns the names that did not exist before."""
+    async def nodes(self) -> list[NodeCapacity]:
+        """The nodes learners may run on now, each with its whole capacity (not what is free):
+        Kubernetes' schedulable, ready nodes with their allocatable CPU, memory and GPUs;
+        the local backend's one node as its settings describe it. Creates nothing."""
         ...
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        """Why the cluster cannot hold these learners of a gang now (what `create_learners`
-        would refuse with `NoCapacity`), or None when it can. Creates nothing."""
+    async def create_learners(self, specs: Sequence[LearnerSpec]) -> list[str]:
+        """Create every learner of a gang; returns the names that did not exist before."""
         ...
 
     async def delete_learners(

@@ -107,6 +107,11 @@ def recover_job(self: Task, job_id: str) -> str:
     return _finish(self, runtime.run(lambda ctx: operations.recover_job(ctx, job_id)))
 
 
+@app.task(name=task_names.SCHEDULE)
+def schedule_jobs() -> str:
+    return runtime.run(lambda ctx: operations.schedule_jobs(ctx)).message
+
+
 @app.task(name=task_names.RECONCILE)
 def reconcile_all() -> str:
     report = runtime.run(reconcile)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lifecycle_manager.backends import open_backend
 from lifecycle_manager.glue.context import Context, Timings
-from lifecycle_manager.glue.recovery_dispatch import RecoveryDispatcher
+from lifecycle_manager.glue.task_dispatch import TaskDispatcher
 from storage import streams
 from storage.db import make_engine, make_sessionmaker
 from storage.object_store import open_object_store
@@ -14,6 +14,7 @@ from storage.settings import Settings
 
 def open_context(settings: Settings, timings: Timings | None = None) -> Context:
     engine = make_engine(settings.database_url, pool_size=2)
+    tasks = TaskDispatcher(settings.redis_url)
     return Context(
         settings=settings,
         engine=engine,
@@ -21,6 +22,7 @@ def open_context(settings: Settings, timings: Timings | None = None) -> Context:
         backend=open_backend(settings),
         redis=streams.async_client(settings.redis_url),
         objects=open_object_store(settings),
-        schedule_recovery=RecoveryDispatcher(settings.redis_url),
+        schedule_recovery=tasks.recover,
+        request_pass=tasks.schedule,
         timings=timings or Timings(),
     )

@@ -27,6 +27,10 @@ class Timings:
     redeploy_after_s: float = 5.0  # a DEPLOYING job missing learners this long is deployed again
 
 
+async def _no_pass() -> None:
+    return None
+
+
 @dataclass
 class Context:
     settings: Settings
@@ -37,6 +41,8 @@ class Context:
     objects: ObjectStore
     # Runs a RECOVERING job's next attempt after a delay (Celery in the service, direct in tests).
     schedule_recovery: Callable[[str, float], Awaitable[None]]
+    # Asks for a scheduling pass soon (a Celery task in the service; tests run their own).
+    request_pass: Callable[[], Awaitable[None]] = field(default=_no_pass)
     timings: Timings = field(default_factory=Timings)
     clock: Callable[[], datetime] = utcnow
 

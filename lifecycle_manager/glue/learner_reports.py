@@ -57,6 +57,7 @@ from storage.job_states import (
     LEARNER_BEATING,
     LEARNER_ENDING,
     LEARNER_FINISHED,
+    STOPPED_STATES,
     Desired,
     JobState,
     LearnerState,
@@ -343,6 +344,8 @@ async def carry_out(ctx: Context, job_id: str, attempt: int, decisions: Sequence
             except RedisError as error:
                 log.warning("job %s: could not set its streams to expire: %s", job_id, error)
             await count_results(ctx, job_id)
+        if decision.target in STOPPED_STATES:
+            await ctx.request_pass()  # its room goes to the queue now, not at the next sweep
 
 
 async def count_results(ctx: Context, job_id: str) -> None:

@@ -10,6 +10,7 @@ backoff, and the periodic reconcile catches whatever a lost retry misses).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoC
 from lifecycle_manager.decisions.job_progress import HALTED_BY_USER
 from lifecycle_manager.decisions.restart_policy import RestartScope
 from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue import preemption as preemption_steps
 from lifecycle_manager.glue.capacity_wait import (
     CAPACITY_RETRY_S,
     requeue_for_capacity,
@@ -37,12 +39,13 @@ from lifecycle_manager.glue.learner_restarts import (
     restarting_learners,
 )
 from lifecycle_manager.glue.learner_specs import learner_specs
+from lifecycle_manager.glue.learner_stopping import mark_stopped, mark_stopping
+from lifecycle_manager.glue.scheduling import admitted, placement_for, run_pass
 from storage import job_credentials, streams
 from storage import jobs as repo
 from storage.job_states import (
     ACTIVE_STATES,
     FINAL_STATES,
-    LEARNER_ENDING,
     LEARNER_FINISHED,
     Desired,
     JobState,
@@ -68,9 +71,8 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
     A gang the cluster cannot hold yet goes back to QUEUED and keeps its attempt
     (`capacity_wait`); while the cluster still lacks room it stays there quietly.
     """
-    waiting = await _still_waiting_for_capacity(ctx, job_id)
-    if waiting is not None:
-        return waiting
+    if await _awaiting_admission(ctx, job_id):
+        return await schedule_jobs(ctx, job_id)
     async with ctx.sessions.begin() as session:
         job = await repo.lock_job(session, job_id)
         if job is None:
@@ -156,10 +158,15 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
 async def _specs_of_attempt(
     ctx: Context, session: AsyncSession, job: Job, attempt: int, job_token: str = ""
 ) -> list[LearnerSpec]:
-    """The learners of `attempt`: all of a gang, or those a learner restart re-creates."""
+    """The learners of `attempt`: all of a gang, or those a learner restart re-creates,
+    each on the node the job's admission placed it on."""
     of_attempt = {r.index for r in await repo.learners_of(session, job.id) if r.attempt == attempt}
+    placement = await placement_for(session, job.id)
+    nodes = placement.nodes if placement is not None else ()
     return [
-        spec
+        dataclasses.replace(
+            spec, node=nodes[spec.learner - 1] if spec.learner <= len(nodes) else None
+        )
         for spec in learner_specs(
             job_id=job.id,
             owner_id=job.owner_id,
@@ -173,30 +180,33 @@ async def _specs_of_attempt(
     ]
 
 
-async def _still_waiting_for_capacity(ctx: Context, job_id: str) -> Outcome | None:
-    """For a job waiting QUEUED for room: an Outcome to retry later while the cluster still
-    lacks it (only a changed shortfall is written, as the job's reason, so a long wait adds
-    no events), or None to go on deploying."""
+async def _awaiting_admission(ctx: Context, job_id: str) -> bool:
+    """Whether a job is QUEUED to run and the scheduler has not admitted it yet."""
     async with ctx.sessions() as session:
         job = await repo.get_job_any(session, job_id)
-        if (
-            job is None
-            or job.desired != Desired.RUN
-            or not await waiting_for_capacity(session, job)
-        ):
-            return None
-        specs = await _specs_of_attempt(ctx, session, job, job.attempt)
-    try:
-        shortfall = await ctx.backend.room_for(specs)
-    except BackendUnavailable:
-        return None  # deploying reports it as it does for any unreachable cluster
-    if shortfall is None:
-        return None
-    reason = f"waiting for capacity: {shortfall}"
-    if reason != job.reason:
-        async with ctx.sessions.begin() as session:
-            await repo.update_job(session, job_id, reason=reason)
-    return Outcome(reason, retry_after=CAPACITY_RETRY_S)
+        if job is None or job.state != JobState.QUEUED or job.desired != Desired.RUN:
+            return False
+        return not await admitted(session, job)
+
+
+async def schedule_jobs(ctx: Context, job_id: str | None = None) -> Outcome:
+    """Run a scheduling pass and act on it: deploy the admitted jobs, ask the victims of a
+    preemption to checkpoint and stop. With `job_id`, the outcome says what became of it."""
+    decided = await run_pass(ctx)
+    if decided is None:
+        return Outcome("waiting for the cluster to say what it has", retry_after=1.0)
+    for preemption in decided.preemptions:
+        await preemption_steps.ask_to_stop(
+            ctx, preemption.victim_id, preemption.for_job_id, preemption.reason
+        )
+    deployed = await asyncio.gather(*(deploy_job(ctx, a.job_id) for a in decided.admissions))
+    for admission, outcome in zip(decided.admissions, deployed, strict=True):
+        if admission.job_id == job_id:
+            return outcome
+    for waiting in decided.waiting:
+        if waiting.job_id == job_id:
+            return Outcome(f"queued, position {waiting.position}: {waiting.reason}")
+    return Outcome(f"scheduled: {len(decided.admissions)} admitted")
 
 
 async def recover_job(ctx: Context, job_id: str) -> Outcome:
@@ -238,19 +248,6 @@ async def recover_job(ctx: Context, job_id: str) -> Outcome:
     return await deploy_job(ctx, job_id)
 
 
-async def _mark_stopping(session: AsyncSession, job: Job) -> None:
-    for row in await repo.learners_of(session, job.id):
-        if LearnerState(row.state) not in LEARNER_ENDING:
-            await repo.set_learner_state(
-                session,
-                job.id,
-                row.index,
-                row.attempt,
-                LearnerState.STOPPING.value,
-                reason="stopping: halt requested",
-            )
-
-
 async def _finish_halt(
     session: AsyncSession, job_id: str, reason: str, attempt: int, desired: Desired
 ) -> None:
@@ -262,16 +259,7 @@ async def _finish_halt(
         return  # already HALTED (the monitor saw the last exit), or finished meanwhile
     if job.attempt != attempt or job.desired != desired:
         return  # resumed (and deployed again) while the halt went on: that is its business
-    for row in await repo.learners_of(session, job_id):
-        if LearnerState(row.state) not in LEARNER_FINISHED:
-            await repo.set_learner_state(
-                session,
-                job_id,
-                row.index,
-                row.attempt,
-                LearnerState.STOPPED.value,
-                reason="halted",
-            )
+    await mark_stopped(session, job_id, "halted")
     await repo.transition(session, job_id, JobState.HALTED, reason)
 
 
@@ -291,12 +279,13 @@ async def halt_job(ctx: Context, job_id: str) -> Outcome:
         if job.state == JobState.QUEUED and not started:  # a learner restart may keep some
             await _finish_halt(session, job_id, HALTED_BY_USER, attempt, Desired.HALT)
             return Outcome("halted before it was deployed")
-        await _mark_stopping(session, job)
+        await mark_stopping(session, job_id, "stopping: halt requested")
     wait = ctx.timings.stop_wait_s
     if not await ctx.backend.delete_learners(job_id, wait=wait, up_to_attempt=attempt):
         return Outcome("learners are stopping", retry_after=0.5)
     async with ctx.sessions.begin() as session:
         await _finish_halt(session, job_id, HALTED_BY_USER, attempt, Desired.HALT)
+    await ctx.request_pass()
     return Outcome("halted")
 
 
@@ -313,7 +302,12 @@ async def resume_job(ctx: Context, job_id: str) -> Outcome:
         halting = job.state in ACTIVE_STATES and any(
             row.state in (LearnerState.STOPPING, LearnerState.STOPPED) for row in rows
         )
+        preempted = halting and await preemption_steps.preemption_under_way(session, job)
         attempt = job.attempt
+    if preempted:  # not a halt: the scheduler stops it to make room for another job
+        if not await preemption_steps.requeue(ctx, job_id):
+            return Outcome("waiting for the preempted learners to stop", retry_after=0.5)
+        return await deploy_job(ctx, job_id)
     if halting:
         wait = ctx.timings.stop_wait_s
         if not await ctx.backend.delete_learners(job_id, wait=wait, up_to_attempt=attempt):
@@ -342,6 +336,7 @@ async def delete_job(ctx: Context, job_id: str) -> Outcome:
     # The learners go first: a runner still running would upload into the deleted prefix.
     if not await ctx.backend.delete_learners(job_id, wait=ctx.timings.stop_wait_s):
         return Outcome("learners are stopping", retry_after=0.5)
+    await ctx.request_pass()
     removed = await asyncio.to_thread(ctx.objects.delete_prefix, f"jobs/{job_id}/")
     keys = await streams.adelete_job_streams(ctx.redis, job_id)
     async with ctx.sessions.begin() as session:

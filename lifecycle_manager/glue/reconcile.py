@@ -13,8 +13,9 @@ next pass.
   applied, lost learners fail the job: "learners vanished") and the job is settled on them:
   a job whose learners have all ended reaches its final state here whatever happened to
   the events before;
-- a QUEUED job that sat unchanged for a few seconds lost its nudge: it is deployed; a
-  DEPLOYING job whose learners did not appear is deployed again (creation is idempotent);
+- queued jobs are weighed by one scheduling pass (`operations.schedule_jobs`), which also
+  starts what a finished job made room for; a DEPLOYING job whose learners did not appear
+  is deployed again (creation is idempotent);
 - halts, resumes and deletes that did not finish are finished, and a HALTED job the user
   resumed is resumed even if the resume's nudge was lost.
 
@@ -47,6 +48,7 @@ class ReconcileReport:
 
     stopped: list[str] = field(default_factory=list)  # learner names, or job ids (all of one)
     deployed: list[str] = field(default_factory=list)
+    scheduled: str = ""  # what the scheduling pass did, when queued jobs were there
     updated: list[str] = field(default_factory=list)  # jobs whose rows took cluster news
     finished: list[str] = field(default_factory=list)  # halts, resumes, deletes completed
     errors: list[str] = field(default_factory=list)
@@ -96,6 +98,13 @@ async def reconcile(ctx: Context) -> ReconcileReport:
         except Exception as error:  # one job's trouble must not stop the sweep
             log.exception("reconcile: job %s", facts.id)
             report.errors.append(f"{facts.id}: {error!r}")
+    if any(facts.state is JobState.QUEUED and facts.desired is Desired.RUN for facts in open_jobs):
+        try:
+            outcome = await operations.schedule_jobs(ctx)
+            report.scheduled = outcome.message
+        except Exception as error:
+            log.exception("reconcile: scheduling")
+            report.errors.append(f"scheduling: {error!r}")
     for job_id in unpurged:
         try:
             outcome = await operations.delete_job(ctx, job_id)
@@ -184,9 +193,7 @@ async def _drive(
             if outcome.retry_after is None:
                 report.finished.append(facts.id)
     elif facts.state is JobState.QUEUED:
-        if lost_nudge:
-            await operations.deploy_job(ctx, facts.id)
-            report.deployed.append(facts.id)
+        return  # the sweep's scheduling pass weighs every queued job at once
     elif facts.state is JobState.RECOVERING:
         if lost_nudge:  # its restart task was lost
             outcome = await operations.recover_job(ctx, facts.id)

@@ -33,7 +33,11 @@ from lifecycle_manager.backends.base import (
 )
 from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import streams
+from storage.cluster_nodes import NodeCapacity
 from storage.exit_reports import ExitReport
+
+# The simulated cluster's one node, as the node agent's would be described.
+SIMULATED_NODE = NodeCapacity("simulated", millicpus=64_000, memory=256 * 2**30)
 
 PROGRESS = ("DOWNLOADING", "RUNNING", "STORING", "DONE")
 
@@ -81,6 +85,7 @@ class SimulatedCluster:
     outbox: list[streams.LearnerEvent] = field(default_factory=list)  # reports not yet sent
     sent: list[streams.LearnerEvent] = field(default_factory=list)
     created: int = 0  # learner processes started, all told
+    node_list: list[NodeCapacity] = field(default_factory=lambda: [SIMULATED_NODE])
 
     # -- what the test does --------------------------------------------------------------
 
@@ -199,9 +204,9 @@ class SimulatedCluster:
                 created.append(spec.name)
         return created
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
+    async def nodes(self) -> list[NodeCapacity]:
         await self._call()
-        return "the simulated cluster is full" if self.full else None
+        return list(self.node_list)
 
     async def delete_learners(
         self,

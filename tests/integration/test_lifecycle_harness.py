@@ -11,8 +11,10 @@ import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -136,7 +138,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         server.drop_database(name)
 
 
-def lm_settings(tmp_path: Path, database_url: str, redis_url: str, agent: Agent) -> Settings:
+def lm_settings(
+    tmp_path: Path, database_url: str, redis_url: str, agent: Agent, **more: Any
+) -> Settings:
+    """The lifecycle manager's settings for a test. The local node is given room for many
+    jobs unless a test says otherwise: tests share the machine's two CPUs."""
+    capacity: dict[str, Any] = {"local_cpus": 256, "local_memory": 1 << 40}
     return Settings(
         home=tmp_path / "home",
         database_url=database_url,
@@ -144,17 +151,17 @@ def lm_settings(tmp_path: Path, database_url: str, redis_url: str, agent: Agent)
         agent_url=agent.url,
         agent_token=agent.token,
         objects_dir=tmp_path / "objects",
+        **{**capacity, **more},
     )
 
 
 TEST_TIMINGS = Timings(stop_wait_s=5.0, requeue_after_s=0.0, deploy_grace_s=30.0)
 
 
-@pytest.fixture
-async def ctx(
-    tmp_path: Path, database_url: str, redis_url: str, agent: Agent
-) -> AsyncIterator[Context]:
-    context = open_context(lm_settings(tmp_path, database_url, redis_url, agent), TEST_TIMINGS)
+@asynccontextmanager
+async def lifecycle_context(settings: Settings) -> AsyncIterator[Context]:
+    """A `Context` on `settings` whose restarts run in this test's event loop."""
+    context = open_context(settings, TEST_TIMINGS)
     recoveries: list[asyncio.Task[None]] = []
 
     async def recover_directly(job_id: str, delay_s: float) -> None:
@@ -179,6 +186,14 @@ async def ctx(
             task.cancel()
         await asyncio.gather(*recoveries, return_exceptions=True)
         await context.aclose()
+
+
+@pytest.fixture
+async def ctx(
+    tmp_path: Path, database_url: str, redis_url: str, agent: Agent
+) -> AsyncIterator[Context]:
+    async with lifecycle_context(lm_settings(tmp_path, database_url, redis_url, agent)) as context:
+        yield context
 
 
 async def eventually(

@@ -401,6 +401,22 @@ def test_unreachable_redis_is_a_runner_failure_on_stderr(learner: Learner) -> No
     assert "could not reach Redis at redis://127.0.0.1:1/0" in out
 
 
+def test_pretend_gpus_run_on_cpu_and_learner_one_tells_the_job_once(learner: Learner) -> None:
+    learner.put_model({"x.txt": b""})
+    show = "echo gpus=$DLAAS_PRETEND_GPUS cuda=[${CUDA_VISIBLE_DEVICES-unset}]"
+    note = (
+        "[dlaas] the 2 GPUs per learner are pretend and the job runs on CPU: this node's GPUs "
+        "are configured with DLAAS_LOCAL_GPUS"
+    )
+    for one in (learner, Learner(learner.tmp, learner.redis_url, job_id=learner.job_id, learner=2)):
+        one.env.update(NUM_LEARNERS="2", DLAAS_PRETEND_GPUS="2", CUDA_VISIBLE_DEVICES="")
+        code, out = one.run(show)
+        assert code == 0, out
+    lines = learner.lines()
+    assert lines.count("gpus=2 cuda=[]") == 2  # both programs see no CUDA device
+    assert lines.count(note) == 1
+
+
 def test_a_new_attempt_continues_the_stored_log(learner: Learner) -> None:
     learner.put_model({"x.txt": b""})
     code, out = learner.run("echo from attempt 0")

@@ -15,6 +15,9 @@ container ended, the pod is Succeeded or Failed with each container's exit code 
 message. A deleted pod's processes are sent SIGTERM, and SIGKILL after the pod's grace
 period.
 Tests may also set any status by hand (`start`, `finish`, `unschedulable`, `waiting`).
+Like the scheduler, it takes only pods whose `nodeSelector` its node's labels match (the node
+as the API server has it, else just its `kubernetes.io/hostname`): a pod placed on another
+node is left for that node's kubelet.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class Kubelet:
         self.run_commands = run_commands
         self.workdir = workdir
         self.seen: set[str] = set()
+        self._labels: dict[str, str] | None = None
         self.pods: dict[str, dict[str, Any]] = {}
         self.processes: dict[str, list[subprocess.Popen[bytes]]] = {}
         self._ports: dict[str, int] = {}
@@ -230,11 +234,27 @@ class Kubelet:
             return
         if name in self.seen or pod.get("metadata", {}).get("deletionTimestamp"):
             return
+        if not self._selects_this_node(pod):
+            return
         self.seen.add(name)
         self.pods[name] = dict(pod)
         if self.hold:
             return
         threading.Thread(target=self._bring_up, args=(dict(pod),), daemon=True).start()
+
+    def _selects_this_node(self, pod: Mapping[str, Any]) -> bool:
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        if not selector:
+            return True
+        if self._labels is None:
+            labels = {"kubernetes.io/hostname": self.node}
+            try:
+                node = self.api.sanitize_for_serialization(self.core.read_node(self.node))
+                labels.update((node.get("metadata") or {}).get("labels") or {})
+            except client.ApiException:
+                pass  # no such node object: its name is all there is to match
+            self._labels = labels
+        return all(self._labels.get(key) == value for key, value in selector.items())
 
     def _bring_up(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]

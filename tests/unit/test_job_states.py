@@ -37,6 +37,7 @@ def test_every_state_has_a_row() -> None:
         (JobState.RECOVERING, JobState.DEPLOYING),
         (JobState.RUNNING, JobState.HALTED),
         (JobState.HALTED, JobState.QUEUED),
+        (JobState.RUNNING, JobState.QUEUED),  # preempted
     ],
 )
 def test_the_normal_paths_are_allowed(current: JobState, target: JobState) -> None:

@@ -3,6 +3,7 @@ and saying what the job asked for."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import kubernetes_validate
@@ -189,6 +190,18 @@ def test_placement_and_images_come_from_the_options() -> None:
     assert gpu_pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert gpu_pod["spec"]["terminationGracePeriodSeconds"] == 45
     assert "nvidia.com/gpu" not in cpu_pod["spec"]["containers"][0]["resources"]["requests"]
+
+
+def test_a_learner_placed_on_a_node_selects_it_by_hostname_besides_the_options() -> None:
+    placed = dataclasses.replace(spec(), node="gpu-7")
+    assert pod_manifest(placed, FULL_OPTIONS)["spec"]["nodeSelector"] == {
+        "dlaas.io/pool": "gpu",
+        "kubernetes.io/hostname": "gpu-7",
+    }
+    alone = pod_manifest(placed, PodOptions(namespace="team-a", image="dlaas-learner:0.1.0"))
+    assert alone["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-7"}
+    unplaced = pod_manifest(spec(), PodOptions(namespace="team-a", image="dlaas-learner:0.1.0"))
+    assert "nodeSelector" not in unplaced["spec"]
 
 
 def test_the_sidecar_only_with_a_parameter_server() -> None:

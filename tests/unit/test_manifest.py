@@ -14,15 +14,14 @@ from api.errors import Conflict, DlaasError, Invalid, NotFound, TooLarge, Unauth
 from api.manifest import (
     MAX_DEPTH,
     MAX_MANIFEST_BYTES,
-    MAX_MEMORY_BYTES,
     MAX_NODES,
     RESERVED_ENV,
     Manifest,
     metric_patterns,
     metric_regexes,
     parse_manifest,
-    parse_memory,
 )
+from storage.memory_sizes import MAX_MEMORY_BYTES, parse_memory
 
 SAMPLES = sorted((Path(__file__).parents[2] / "examples" / "ffdl_manifests").glob("*.yml"))
 MINIMAL = "framework:\n  command: python train.py\n"

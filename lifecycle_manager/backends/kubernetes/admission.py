@@ -98,7 +98,13 @@ def pod_request(pod: Mapping[str, Any]) -> Amount:
     )
 
 
-def _ready(node: Mapping[str, Any]) -> bool:
+def allocatable(node: Mapping[str, Any]) -> Amount:
+    """What a node offers pods in all: its allocatable CPU, memory and GPUs."""
+    return _amount((node.get("status") or {}).get("allocatable"))
+
+
+def schedulable(node: Mapping[str, Any]) -> bool:
+    """Whether new pods may go to the node: not cordoned, and Ready (or saying nothing)."""
     if (node.get("spec") or {}).get("unschedulable"):
         return False
     conditions = (node.get("status") or {}).get("conditions") or []
@@ -112,12 +118,12 @@ def node_rooms(
     """The free room of each schedulable node, and the requests of pods not yet on a node."""
     rooms = {}
     for node in nodes:
-        if not _ready(node):
+        if not schedulable(node):
             continue
         meta = node.get("metadata") or {}
         rooms[meta.get("name", "")] = NodeRoom(
             name=meta.get("name", ""),
-            free=_amount((node.get("status") or {}).get("allocatable")),
+            free=allocatable(node),
             labels=meta.get("labels") or {},
             taints=(node.get("spec") or {}).get("taints") or [],
         )

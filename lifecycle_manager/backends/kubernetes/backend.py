@@ -42,7 +42,9 @@ from lifecycle_manager.backends.kubernetes.manifests import (
     service_manifest,
     split_env,
 )
+from lifecycle_manager.backends.kubernetes.node_capacity import cluster_nodes
 from lifecycle_manager.backends.kubernetes.pod_status import learner_status
+from storage.cluster_nodes import NodeCapacity
 from storage.settings import Settings
 
 WAIT_POLL_S = 0.1
@@ -145,13 +147,6 @@ class KubernetesBackend:
                 raise result
         made = [result for result in results[-len(pods) :] if isinstance(result, tuple)]
         return [spec.name for spec, (_obj, created) in zip(specs, made, strict=True) if created]
-
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        if not specs:
-            return None
-        return await self._shortfall(
-            specs[0].job_id, [pod_manifest(spec, self.options) for spec in specs]
-        )
 
     async def _shortfall(self, job_id: str, gang: list[dict[str, Any]]) -> str | None:
         """What the nodes lack to hold the gang's pods not created yet (gang admission)."""
@@ -284,6 +279,10 @@ class KubernetesBackend:
         )
 
     # -- list -----------------------------------------------------------------------------
+
+    async def nodes(self) -> list[NodeCapacity]:
+        answer = await asyncio.to_thread(self.calls.json, self.calls.core.list_node)
+        return cluster_nodes(answer.get("items") or [])
 
     async def _pods(self, selector: str) -> list[dict[str, Any]]:
         answer = await asyncio.to_thread(

@@ -64,6 +64,8 @@ SHIPPER_CONTAINER = "shipper"
 PS_CONTAINER = "ps"
 MASTER_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
+# The label every node carries with its own name: a learner placed on a node selects it.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 WORK_DIR = "/job"
 SHM_DIR = "/dev/shm"
 TMP_DIR = "/tmp"
@@ -491,8 +493,11 @@ def pod_manifest(
     ps = ps_command(spec, options.namespace)
     if ps is not None:
         pod_spec["initContainers"].append(_ps_sidecar(ps, image, helpers, options))
-    if options.node_selector:
-        pod_spec["nodeSelector"] = dict(options.node_selector)
+    selector = dict(options.node_selector)
+    if spec.node is not None:  # placed by the scheduler
+        selector[HOSTNAME_LABEL] = spec.node
+    if selector:
+        pod_spec["nodeSelector"] = selector
     if options.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in options.tolerations]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}

@@ -20,6 +20,8 @@ from lifecycle_manager.backends.base import (
     LearnerSpec,
     LearnerStatus,
 )
+from lifecycle_manager.backends.local.capacity import local_node, pretend_gpu_env
+from storage.cluster_nodes import NodeCapacity
 from storage.settings import Settings
 
 
@@ -42,9 +44,23 @@ def agent_token(settings: Settings) -> str | None:
 
 
 class LocalBackend:
-    def __init__(self, agent_url: str, *, token: str | None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        agent_url: str,
+        *,
+        token: str | None,
+        timeout: float = 10.0,
+        node: NodeCapacity | None = None,
+    ) -> None:
+        """`node`: the agent's node as `DLAAS_LOCAL_*` describe it (default: as the
+        environment's settings do)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(base_url=agent_url, timeout=timeout, headers=headers)
+        self.node = node if node is not None else local_node(Settings())
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalBackend:
+        return cls(settings.agent_url, token=agent_token(settings), node=local_node(settings))
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -72,8 +88,8 @@ class LocalBackend:
         responses = await asyncio.gather(*(self._put(spec) for spec in specs))
         return [spec.name for spec, created in zip(specs, responses, strict=True) if created]
 
-    async def room_for(self, specs: Sequence[LearnerSpec]) -> str | None:
-        return None  # the node agent runs whatever it is given
+    async def nodes(self) -> list[NodeCapacity]:
+        return [self.node]
 
     async def _put(self, spec: LearnerSpec) -> bool:
         body = {
@@ -82,7 +98,7 @@ class LocalBackend:
             "attempt": spec.attempt,
             "num_learners": spec.num_learners,
             "command": spec.command,
-            "env": spec.env,
+            "env": {**spec.env, **pretend_gpu_env(self.node, spec.resources.gpus)},
             "resources": asdict(spec.resources),
         }
         response = await self._request("PUT", f"/learners/{spec.name}", json=body)

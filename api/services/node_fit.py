@@ -1,0 +1,100 @@
+"""Refuse at submission a job whose learner could run on no node of the cluster.
+
+The nodes are those the lifecycle manager last published (`storage.cluster_nodes`); while it
+has published none, every job is accepted as before. A learner must fit one node whole: the
+GPUs it asks for first, then its CPUs on a node with those GPUs, then its memory on a node
+with both; the refusal names the first manifest field that no node can give, and what the
+largest node that could offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from api.errors import Invalid
+from api.manifest import Manifest
+from api.state import ApiState
+from storage.cluster_nodes import NodeCapacity, anodes
+
+LOCAL_GPUS_HINT = "; the local node's GPUs are set on the lifecycle manager with DLAAS_LOCAL_GPUS"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _gpus(node: NodeCapacity) -> str:
+    kind = [node.gpu_product, "pretend" if node.pretend_gpus else None]
+    named = [part for part in dict.fromkeys(kind) if part]
+    named_text = f" ({', '.join(named)})" if named and node.gpus else ""
+    return f"{_plural(node.gpus, 'GPU')}{named_text}"
+
+
+def _cpus(millicpus: int) -> str:
+    return f"{Decimal(millicpus) / 1000:g}"
+
+
+def _cpu_count(millicpus: int | str) -> str:
+    count = millicpus if isinstance(millicpus, str) else _cpus(millicpus)
+    return f"{count} CPU{'' if count == '1' else 's'}"
+
+
+def _memory(size: int, *, at_most: bool = False) -> str:
+    """`size` bytes as a manifest writes them; `at_most`: rounded down to whole MiB."""
+    for unit, scale in (("Gi", 2**30), ("Mi", 2**20)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    if at_most and size >= 2**20:
+        return f"{size // 2**20}Mi"
+    return str(size)
+
+
+def refusal(
+    nodes: Sequence[NodeCapacity], gpus: int, millicpus: int, memory: int
+) -> tuple[str, str] | None:
+    """The manifest field no node can give one learner, and why with the fix; None if a node
+    can hold it (or none is known)."""
+    if not nodes:
+        return None
+    with_gpus = [node for node in nodes if node.gpus >= gpus]
+    if not with_gpus:
+        top = max(nodes, key=lambda node: node.gpus)
+        return "gpus", (
+            f"{_plural(gpus, 'GPU')} per learner is more than any node has: the largest node "
+            f"has {_gpus(top)}; ask for at most {top.gpus} per learner"
+        )
+    having = [_plural(gpus, "GPU")] if gpus else []
+    with_cpus = [node for node in with_gpus if node.millicpus >= millicpus]
+    if not with_cpus:
+        most = _cpus(max(node.millicpus for node in with_gpus))
+        return "cpus", _more_than_any(_cpu_count(millicpus), having, _cpu_count(most), most)
+    if not any(node.memory >= memory for node in with_cpus):
+        most = _memory(max(node.memory for node in with_cpus), at_most=True)
+        having.append(_cpu_count(millicpus))
+        return "memory", _more_than_any(
+            f"{_memory(memory)} of memory", having, f"{most} of memory", most
+        )
+    return None
+
+
+def _more_than_any(asked: str, having: Sequence[str], has: str, most: str) -> str:
+    among = f" with {' and '.join(having)}" if having else ""
+    return (
+        f"{asked} per learner is more than any node{among} has: the largest node{among} has "
+        f"{has}; ask for at most {most} per learner"
+    )
+
+
+async def check_fits(state: ApiState, manifest: Manifest) -> None:
+    """Raise `Invalid` naming the field when no published node can hold one learner."""
+    nodes = await anodes(state.redis)
+    if not nodes:
+        return
+    found = refusal(nodes, manifest.gpus, round(manifest.cpus * 1000), manifest.memory)
+    if found is None:
+        return
+    field, detail = found
+    if field == "gpus" and state.settings.cluster_backend == "local":
+        detail += LOCAL_GPUS_HINT
+    raise Invalid(detail, code="larger_than_any_node", field=field)

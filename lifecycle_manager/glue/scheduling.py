@@ -1,0 +1,208 @@
+"""The scheduling pass: read the platform, let `scheduler.schedule` decide, record it.
+
+One pass at a time (a Redis lock), each on what the one before it committed:
+
+    backend.nodes()  +  teams' quotas  +  queued and running jobs (database)
+        -> cluster_snapshot.snapshot -> scheduler.schedule
+        -> an `admitted` event per admission (its placement), the reason of every job that
+           waits (a `waiting` event when the cause changes), the queue for `dlaas queue`
+
+The caller acts on the pass (`operations.schedule_jobs`): it deploys the admitted jobs and
+asks the victims of a preemption to checkpoint and stop. An admission is recorded before
+anything is deployed, so a pass that runs in between counts the admitted job as running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from lifecycle_manager.backends.base import BackendUnavailable
+from lifecycle_manager.glue.cluster_snapshot import JobRecord, Placement, snapshot
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.scheduler import SchedulePass, schedule
+from storage import cluster_nodes, queue_view
+from storage import jobs as repo
+from storage.job_states import ACTIVE_STATES, Desired, JobState
+from storage.models import Job, JobEvent, Team
+from storage.team_quotas import team_quotas
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_LOCK = "dlaas:scheduler-lock"
+ADMITTED_EVENT = "admitted"
+PREEMPTING_EVENT = "preempting"
+WAITING_EVENT = "waiting"
+_STATE_EVENT = "state"
+_CHECKPOINT_EVENT = "checkpoint"
+_KINDS = (ADMITTED_EVENT, PREEMPTING_EVENT, WAITING_EVENT, _STATE_EVENT, _CHECKPOINT_EVENT)
+UNSCHEDULABLE = "unschedulable"  # the cause shown for a job no node can ever hold
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    records: list[JobRecord]
+    reasons: dict[str, str]  # queued job -> its reason now
+    causes: dict[str, str]  # queued job -> the cause of its newest `waiting` event
+
+
+def _stamp(moment: datetime) -> float:
+    if moment.tzinfo is None:  # SQLite hands back naive datetimes: they are UTC
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def placement_of(event: JobEvent) -> Placement:
+    detail = event.detail
+    return Placement(
+        nodes=tuple(detail.get("nodes") or ()),
+        gpu_product=detail.get("gpu_product"),
+        borrowed=bool(detail.get("borrowed")),
+    )
+
+
+def admitted_since_queued(admitted: JobEvent | None, state: JobEvent | None) -> bool:
+    """Whether a QUEUED job's newest admission came after it was (re)queued."""
+    return admitted is not None and (state is None or admitted.id > state.id)
+
+
+async def admitted(session: AsyncSession, job: Job) -> bool:
+    """Whether a QUEUED job was admitted by the scheduler since it was (re)queued."""
+    events = await repo.latest_events(session, [job.id], (ADMITTED_EVENT, _STATE_EVENT))
+    return admitted_since_queued(
+        events.get((job.id, ADMITTED_EVENT)), events.get((job.id, _STATE_EVENT))
+    )
+
+
+async def placement_for(session: AsyncSession, job_id: str) -> Placement | None:
+    """Where the job's newest admission put its learners; None if it has none."""
+    event = await repo.latest_event(session, job_id, ADMITTED_EVENT)
+    return placement_of(event) if event is not None else None
+
+
+async def _load(session: AsyncSession) -> _Loaded:
+    states = [JobState.QUEUED.value, *(s.value for s in ACTIVE_STATES)]
+    query = (
+        select(Job, Team.name)
+        .join(Team, Team.id == Job.team_id)
+        .where(Job.state.in_(states), Job.deleted_at.is_(None))
+    )
+    rows = (await session.execute(query)).all()
+    events = await repo.latest_events(session, [job.id for job, _ in rows], _KINDS)
+    records, reasons, causes = [], {}, {}
+    for job, team in rows:
+        admitted = events.get((job.id, ADMITTED_EVENT))
+        preempting = events.get((job.id, PREEMPTING_EVENT))
+        checkpoint = events.get((job.id, _CHECKPOINT_EVENT))
+        queued = job.state == JobState.QUEUED
+        if queued and job.desired != Desired.RUN:
+            continue  # halted or deleted before it ran: it waits for nothing
+        holding = not queued or admitted_since_queued(admitted, events.get((job.id, _STATE_EVENT)))
+        if not holding:
+            reasons[job.id] = job.reason
+            waiting = events.get((job.id, WAITING_EVENT))
+            if waiting is not None:
+                causes[job.id] = str(waiting.detail.get("cause", ""))
+        records.append(
+            JobRecord(
+                id=job.id,
+                team=team,
+                manifest=job.manifest,
+                submitted_at=_stamp(job.created_at),
+                holding=holding,
+                placement=placement_of(admitted) if admitted is not None else None,
+                admitted_at=_stamp(admitted.time) if admitted is not None else None,
+                last_checkpoint_at=_stamp(checkpoint.time) if checkpoint is not None else None,
+                preempting=(
+                    holding
+                    and preempting is not None
+                    and (admitted is None or preempting.id > admitted.id)
+                ),
+            )
+        )
+    return _Loaded(records, reasons, causes)
+
+
+def _admission_reason(nodes: Iterable[str], borrowed: bool, backfilled: bool) -> str:
+    where = ", ".join(sorted(set(nodes)))
+    why = [f"admitted on {where}"]
+    if borrowed:
+        why.append("borrowing idle quota of other teams (it may be reclaimed)")
+    if backfilled:
+        why.append("ahead of the job holding the reservation, as it ends before that starts")
+    return "; ".join(why)
+
+
+async def _record(
+    session: AsyncSession, decided: SchedulePass, loaded: _Loaded, now: datetime
+) -> queue_view.QueueView:
+    teams = {record.id: record.team for record in loaded.records}
+    attempts = dict(
+        (await session.execute(select(Job.id, Job.attempt).where(Job.id.in_(teams)))).tuples()
+    )
+    for admission in decided.admissions:
+        await repo.add_event(
+            session,
+            admission.job_id,
+            ADMITTED_EVENT,
+            _admission_reason(admission.nodes, admission.borrowed, admission.backfilled),
+            {
+                "attempt": attempts.get(admission.job_id, 0),
+                "nodes": list(admission.nodes),
+                "gpu_product": admission.gpu_product,
+                "borrowed": admission.borrowed,
+                "backfilled": admission.backfilled,
+            },
+        )
+    queued: list[queue_view.QueuedJob] = []
+    waits = [(w.job_id, str(w.cause), w.reason, w.estimated_start) for w in decided.waiting]
+    unschedulable = [
+        (r.job_id, UNSCHEDULABLE, f"can never run as asked: {r.reason}", None)
+        for r in decided.refusals
+    ]
+    for position, (job_id, cause, reason, start) in enumerate([*waits, *unschedulable], 1):
+        if reason != loaded.reasons.get(job_id):
+            await repo.set_waiting_reason(session, job_id, reason)
+        if cause != loaded.causes.get(job_id):
+            await repo.add_event(session, job_id, WAITING_EVENT, reason, {"cause": cause})
+        queued.append(
+            queue_view.QueuedJob(
+                job_id=job_id,
+                team=teams.get(job_id, ""),
+                position=position,
+                cause=cause,
+                reason=reason,
+                estimated_start=datetime.fromtimestamp(start, UTC) if start is not None else None,
+            )
+        )
+    return queue_view.QueueView(at=now, jobs=queued)
+
+
+async def run_pass(ctx: Context) -> SchedulePass | None:
+    """One scheduling pass, recorded; None when the cluster could not say its nodes."""
+    try:
+        nodes = await ctx.backend.nodes()
+    except BackendUnavailable as error:
+        log.warning("scheduling: the cluster is unavailable: %s", error)
+        return None
+    async with ctx.redis.lock(SCHEDULER_LOCK, timeout=60, blocking_timeout=60):
+        await cluster_nodes.apublish_nodes(ctx.redis, nodes)
+        async with ctx.sessions.begin() as session:
+            loaded = await _load(session)
+            quotas = await team_quotas(session)
+            now = ctx.clock()
+            decided = schedule(snapshot(nodes, quotas, loaded.records), now.timestamp())
+            view = await _record(session, decided, loaded, now)
+        await queue_view.apublish_queue(ctx.redis, view)
+    if decided.admissions or decided.preemptions:
+        log.info(
+            "scheduling: admitted %s; preempting %s",
+            [a.job_id for a in decided.admissions],
+            [p.victim_id for p in decided.preemptions],
+        )
+    return decided
