@@ -45,6 +45,7 @@ class JobRecord:
     manifest: Mapping[str, Any]
     submitted_at: float
     holding: bool
+    attempt: int = 0
     placement: Placement | None = None
     admitted_at: float | None = None
     last_checkpoint_at: float | None = None
@@ -79,20 +80,24 @@ def node_of(capacity: NodeCapacity) -> Node:
     )
 
 
-def _gpus(amounts: Mapping[str, int] | None, totals: Mapping[str, int]) -> Mapping[str, int]:
-    return dict(totals) if amounts is None else dict(amounts)
+# GPUs "not limited": the scheduler's quotas count GPUs per product, a product left out as 0
+NOT_LIMITED_GPUS = 1 << 40
 
 
-def team_of(quota: TeamQuota, gpu_totals: Mapping[str, int]) -> Team:
-    """A team's quota as the scheduler reads it; GPUs not limited are the cluster's."""
+def _gpus(amounts: Mapping[str, int] | None, products: Iterable[str]) -> Mapping[str, int]:
+    return dict.fromkeys(products, NOT_LIMITED_GPUS) if amounts is None else dict(amounts)
+
+
+def team_of(quota: TeamQuota, products: Iterable[str]) -> Team:
+    """A team's quota as the scheduler reads it, for the cluster's GPU products."""
     nominal = Quota(
-        gpus=_gpus(quota.gpus, gpu_totals),
+        gpus=_gpus(quota.gpus, products),
         millicpus=quota.millicpus,
         memory=quota.memory,
         jobs=quota.jobs,
     )
     borrowing = Quota(
-        gpus=_gpus(quota.borrow_gpus, gpu_totals),
+        gpus=_gpus(quota.borrow_gpus, products),
         millicpus=quota.borrow_millicpus,
         memory=quota.borrow_memory,
         jobs=quota.borrow_jobs,
@@ -104,14 +109,6 @@ def team_of(quota: TeamQuota, gpu_totals: Mapping[str, int]) -> Team:
         weight=quota.weight,
         max_priority=quota.max_priority,
     )
-
-
-def gpu_totals(nodes: Iterable[Node]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for node in nodes:
-        if node.gpus and node.gpu_product is not None:
-            totals[node.gpu_product] = totals.get(node.gpu_product, 0) + node.gpus
-    return totals
 
 
 def running_of(job: JobRecord, first_node: str) -> RunningJob:
@@ -148,7 +145,7 @@ def snapshot(
     jobs: Iterable[JobRecord],
 ) -> ClusterSnapshot:
     nodes = tuple(node_of(c) for c in capacities)
-    totals = gpu_totals(nodes)
+    products = sorted({n.gpu_product for n in nodes if n.gpu_product is not None})
     first_node = nodes[0].name if nodes else ""
     running, pending = [], []
     for job in jobs:
@@ -158,7 +155,7 @@ def snapshot(
             pending.append(pending_of(job))
     return ClusterSnapshot(
         nodes=nodes,
-        teams=tuple(team_of(q, totals) for q in quotas),
+        teams=tuple(team_of(q, products) for q in quotas),
         running=tuple(running),
         pending=tuple(sorted(pending, key=lambda j: (j.submitted_at, j.id))),
     )

@@ -115,6 +115,7 @@ async def _load(session: AsyncSession) -> _Loaded:
                 manifest=job.manifest,
                 submitted_at=_stamp(job.created_at),
                 holding=holding,
+                attempt=job.attempt,
                 placement=placement_of(admitted) if admitted is not None else None,
                 admitted_at=_stamp(admitted.time) if admitted is not None else None,
                 last_checkpoint_at=_stamp(checkpoint.time) if checkpoint is not None else None,
@@ -142,9 +143,7 @@ async def _record(
     session: AsyncSession, decided: SchedulePass, loaded: _Loaded, now: datetime
 ) -> queue_view.QueueView:
     teams = {record.id: record.team for record in loaded.records}
-    attempts = dict(
-        (await session.execute(select(Job.id, Job.attempt).where(Job.id.in_(teams)))).tuples()
-    )
+    attempts = {record.id: record.attempt for record in loaded.records}
     for admission in decided.admissions:
         await repo.add_event(
             session,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from lifecycle_manager.glue.cluster_snapshot import JobRecord, Placement, snapshot
+from lifecycle_manager.glue.cluster_snapshot import (
+    NOT_LIMITED_GPUS,
+    JobRecord,
+    Placement,
+    snapshot,
+)
 from lifecycle_manager.scheduler import WaitCause, schedule
 from storage.cluster_nodes import NodeCapacity
 from storage.team_quotas import TeamQuota
@@ -37,7 +42,7 @@ def job(
 def test_a_team_whose_quota_was_never_set_may_use_the_whole_cluster() -> None:
     cluster = snapshot([NODE], [unset("vision")], [job("a", gpus=2)])
     [team] = cluster.teams
-    assert dict(team.nominal.gpus) == {"T4": 2} and team.nominal.millicpus is None
+    assert dict(team.nominal.gpus) == {"T4": NOT_LIMITED_GPUS} and team.nominal.millicpus is None
     decided = schedule(cluster, 10.0)
     assert [a.job_id for a in decided.admissions] == ["a"]
     assert decided.admissions[0].nodes == ("n1",)
