@@ -41,6 +41,7 @@ from lifecycle_manager.glue.learner_restarts import (
 from lifecycle_manager.glue.learner_specs import learner_specs
 from lifecycle_manager.glue.learner_stopping import mark_stopped, mark_stopping
 from lifecycle_manager.glue.scheduling import admitted, placement_for, run_pass
+from lifecycle_manager.scheduler import SchedulePass
 from storage import job_credentials, streams
 from storage import jobs as repo
 from storage.job_states import (
@@ -189,24 +190,36 @@ async def _awaiting_admission(ctx: Context, job_id: str) -> bool:
         return not await admitted(session, job)
 
 
-async def schedule_jobs(ctx: Context, job_id: str | None = None) -> Outcome:
-    """Run a scheduling pass and act on it: deploy the admitted jobs, ask the victims of a
-    preemption to checkpoint and stop. With `job_id`, the outcome says what became of it."""
+async def schedule_pass(ctx: Context) -> tuple[SchedulePass | None, dict[str, Outcome]]:
+    """Run a scheduling pass and act on it: ask the victims of a preemption to checkpoint
+    and stop, deploy the admitted jobs. Returns the pass (None when the cluster could not
+    say what it has) and each admitted job's deploy outcome."""
     decided = await run_pass(ctx)
     if decided is None:
-        return Outcome("waiting for the cluster to say what it has", retry_after=1.0)
+        return None, {}
     for preemption in decided.preemptions:
         await preemption_steps.ask_to_stop(
             ctx, preemption.victim_id, preemption.for_job_id, preemption.reason
         )
-    deployed = await asyncio.gather(*(deploy_job(ctx, a.job_id) for a in decided.admissions))
-    for admission, outcome in zip(decided.admissions, deployed, strict=True):
-        if admission.job_id == job_id:
-            return outcome
+    admitted_ids = [admission.job_id for admission in decided.admissions]
+    deployed = await asyncio.gather(*(deploy_job(ctx, job_id) for job_id in admitted_ids))
+    return decided, dict(zip(admitted_ids, deployed, strict=True))
+
+
+async def schedule_jobs(ctx: Context, job_id: str | None = None) -> Outcome:
+    """A scheduling pass, acted on; with `job_id`, the outcome says what became of it."""
+    decided, deployed = await schedule_pass(ctx)
+    if decided is None:
+        return Outcome("waiting for the cluster to say what it has", retry_after=1.0)
+    if job_id in deployed:
+        return deployed[job_id]
     for waiting in decided.waiting:
         if waiting.job_id == job_id:
             return Outcome(f"queued, position {waiting.position}: {waiting.reason}")
-    return Outcome(f"scheduled: {len(decided.admissions)} admitted")
+    for refusal in decided.refusals:
+        if refusal.job_id == job_id:
+            return Outcome(f"queued, too big for the cluster as it is now: {refusal.reason}")
+    return Outcome(f"scheduled: {len(deployed)} admitted")
 
 
 async def recover_job(ctx: Context, job_id: str) -> Outcome:

@@ -48,7 +48,6 @@ class ReconcileReport:
 
     stopped: list[str] = field(default_factory=list)  # learner names, or job ids (all of one)
     deployed: list[str] = field(default_factory=list)
-    scheduled: str = ""  # what the scheduling pass did, when queued jobs were there
     updated: list[str] = field(default_factory=list)  # jobs whose rows took cluster news
     finished: list[str] = field(default_factory=list)  # halts, resumes, deletes completed
     errors: list[str] = field(default_factory=list)
@@ -100,8 +99,8 @@ async def reconcile(ctx: Context) -> ReconcileReport:
             report.errors.append(f"{facts.id}: {error!r}")
     if any(facts.state is JobState.QUEUED and facts.desired is Desired.RUN for facts in open_jobs):
         try:
-            outcome = await operations.schedule_jobs(ctx)
-            report.scheduled = outcome.message
+            _decided, deployed = await operations.schedule_pass(ctx)
+            report.deployed.extend(deployed)
         except Exception as error:
             log.exception("reconcile: scheduling")
             report.errors.append(f"scheduling: {error!r}")

@@ -41,7 +41,7 @@ WAITING_EVENT = "waiting"
 _STATE_EVENT = "state"
 _CHECKPOINT_EVENT = "checkpoint"
 _KINDS = (ADMITTED_EVENT, PREEMPTING_EVENT, WAITING_EVENT, _STATE_EVENT, _CHECKPOINT_EVENT)
-UNSCHEDULABLE = "unschedulable"  # the cause shown for a job no node can ever hold
+UNSCHEDULABLE = "unschedulable"  # the cause shown for a job the nodes, even empty, cannot hold
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ async def _record(
     queued: list[queue_view.QueuedJob] = []
     waits = [(w.job_id, str(w.cause), w.reason, w.estimated_start) for w in decided.waiting]
     unschedulable = [
-        (r.job_id, UNSCHEDULABLE, f"can never run as asked: {r.reason}", None)
+        (r.job_id, UNSCHEDULABLE, f"too big for the cluster as it is now: {r.reason}", None)
         for r in decided.refusals
     ]
     for position, (job_id, cause, reason, start) in enumerate([*waits, *unschedulable], 1):

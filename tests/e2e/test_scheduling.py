@@ -5,8 +5,10 @@ finishes with its steps continuing; two teams' queued jobs start in turn by shar
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +49,17 @@ def _short_job(folder: Path, name: str, gpus: int, seconds: float, priority: int
         f"priority: {priority}\nframework:\n  name: pytorch\n  command: python short.py\n"
     )
     return manifest
+
+
+def _queue_holding(platform: Platform, jobs: set[str], timeout: float) -> dict[str, Any]:
+    """`dlaas queue` once the scheduler has weighed every one of `jobs`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        queue = platform.json("queue")
+        assert isinstance(queue, dict)
+        if {entry["id"] for entry in queue["jobs"]} >= jobs or time.monotonic() > deadline:
+            return queue
+        time.sleep(0.25)
 
 
 def _train(platform: Platform, manifest: Path, *more: str) -> str:
@@ -102,9 +115,10 @@ def test_two_teams_queued_jobs_start_in_turn(pretend_gpus: Platform, tmp_path: P
         for n in range(3):
             manifest = _short_job(tmp_path / f"{team}-{n}", f"{team}-{n}", gpus=1, seconds=1)
             jobs[_train(platform, manifest, "--team", team)] = team
-    queue = platform.json("queue")
-    assert isinstance(queue, dict)
-    assert [entry["job_id"] for entry in queue["jobs"]][:6] != list(jobs), queue
+    queue = _queue_holding(platform, set(jobs), timeout=60)
+    queued = [entry["id"] for entry in queue["jobs"]]
+    assert sorted(queued) == sorted(jobs), queue
+    assert [jobs[job] for job in queued] == [teams[0], teams[1]] * 3, queue  # in turn
 
     platform.dlaas("halt", blocker)
     for job in jobs:
@@ -113,7 +127,7 @@ def test_two_teams_queued_jobs_start_in_turn(pretend_gpus: Platform, tmp_path: P
     for job, team in jobs.items():
         shown = platform.show(job)
         [admission] = [e for e in shown["events"] if e["kind"] == "admitted"]
-        admitted.append((admission["id"], team))
+        admitted.append((admission["time"], team))
     order = [team for _, team in sorted(admitted)]
     # Two GPUs free at a time: each pair admitted holds one job of each team.
     assert [set(order[i : i + 2]) for i in range(0, 6, 2)] == [set(teams)] * 3, order

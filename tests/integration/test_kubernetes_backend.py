@@ -477,33 +477,32 @@ async def test_a_gang_the_nodes_cannot_hold_waits_queued_without_creating_anythi
     for name in ("gpu-a", "gpu-b"):
         core.create_node(node(name, {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
     job_id = await make_job(kube_ctx, "python train.py", learners=3, gpus=2, cpus=4)
-    pending = {n: (1, "PENDING") for n in (1, 2, 3)}
     logged: list[tuple[str, str]] = []
-    for _try in range(3):  # refused again and again: still the one attempt, still waiting
+    for _try in range(3):  # weighed again and again: still waiting, nothing made
         outcome = await operations.deploy_job(kube_ctx, job_id)
-        assert outcome.retry_after is not None
+        assert "too big for the cluster as it is now" in outcome.message, outcome
         job = await load(kube_ctx, job_id)
-        assert (job.state, job.attempt) == (JobState.QUEUED, 1)
+        assert (job.state, job.attempt) == (JobState.QUEUED, 0)
         assert job.reason.startswith(
-            "waiting for capacity: the cluster cannot hold all 3 learners at once (room for 2)"
-        )
-        assert ("state", job.reason) in await events(kube_ctx, job_id)
-        assert await learner_rows(kube_ctx, job_id) == pending
+            "too big for the cluster as it is now: needs 3 learners of 2 GPUs"
+        ), job.reason
+        assert ("waiting", job.reason) in await events(kube_ctx, job_id)
+        assert await learner_rows(kube_ctx, job_id) == {}
         assert not pods_of(emulator, namespace, job_id)
         assert not emulator.objects("secrets", namespace)
-        # Waiting on adds no events: only the first refusal is one.
+        # Waiting on adds no events: only the first pass's word is one.
         assert not logged or await events(kube_ctx, job_id) == logged
         logged = await events(kube_ctx, job_id)
 
     core.create_node(node("gpu-c", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
-    report = await reconcile(kube_ctx)  # the sweep that deploys QUEUED jobs
+    report = await reconcile(kube_ctx)  # the sweep's scheduling pass
     assert report.deployed == [job_id]
     job = await load(kube_ctx, job_id)
     assert (job.state, job.attempt) == (JobState.DEPLOYING, 1)
     assert [pod["metadata"]["name"] for pod in pods_of(emulator, namespace, job_id)] == [
         f"dlaas-{job_id}-learner-{n}-a1" for n in (1, 2, 3)
     ]
-    assert await learner_rows(kube_ctx, job_id) == pending
+    assert await learner_rows(kube_ctx, job_id) == {n: (1, "PENDING") for n in (1, 2, 3)}
     assert (
         "learners_created",
         f"created 3 learners: dlaas-{job_id}-learner-1-a1, "

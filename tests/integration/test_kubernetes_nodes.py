@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lifecycle_manager.backends.base import LearnerSpec, NoCapacity, Resources
+from lifecycle_manager.backends.kubernetes.node_capacity import UNLABELED_GPU_PRODUCT
 from lifecycle_manager.glue.context import Context
 from storage.cluster_nodes import NodeCapacity
 from tests.integration import kube_harness
@@ -50,8 +51,8 @@ async def test_the_nodes_are_the_schedulable_ready_ones_with_their_gpus(
         name="gpu-a", gpus=4, gpu_product="NVIDIA-A100", millicpus=3500, memory=16 * 2**30
     )
     assert nodes["cpu-a"] == NodeCapacity(name="cpu-a", millicpus=4000, memory=10**9)
-    # node-1 offers 8 GPUs but has no product label: its GPUs are of no known product.
-    assert (nodes["node-1"].gpus, nodes["node-1"].gpu_product) == (8, None)
+    # node-1 offers 8 GPUs but has no product label: quotas count them as product "gpu".
+    assert (nodes["node-1"].gpus, nodes["node-1"].gpu_product) == (8, UNLABELED_GPU_PRODUCT)
 
     core.patch_node("gpu-a", {"spec": {"unschedulable": True}})  # cordoned meanwhile
     assert "gpu-a" not in {each.name for each in await kube_ctx.backend.nodes()}

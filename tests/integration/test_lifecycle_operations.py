@@ -303,11 +303,11 @@ async def test_delete_stops_learners_and_removes_objects_and_streams(
 async def test_reconcile_deploys_lost_nudges_stops_orphans_and_is_then_a_no_op(
     ctx: Context, agent: Agent
 ) -> None:
-    queued = await make_job(ctx, "sleep 30")  # its nudge was lost
     deleted = await make_job(ctx, "sleep 30")
     finished = await make_job(ctx, "sleep 30")
     for job_id in (deleted, finished):
         await operations.deploy_job(ctx, job_id)
+    queued = await make_job(ctx, "sleep 30")  # its nudge was lost
     await set_job(ctx, deleted, desired="delete", deleted_at=utcnow())  # no delete task ran
     async with ctx.sessions.begin() as session:
         await repo.transition(session, finished, JobState.FAILED, "failed elsewhere")

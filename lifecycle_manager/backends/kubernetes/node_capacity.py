@@ -12,6 +12,8 @@ from lifecycle_manager.backends.kubernetes.admission import allocatable, schedul
 from storage.cluster_nodes import NodeCapacity
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The product of a node's GPUs when no label names it: quotas count these GPUs under it.
+UNLABELED_GPU_PRODUCT = "gpu"
 
 
 def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
@@ -21,7 +23,9 @@ def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
     return NodeCapacity(
         name=str(meta.get("name", "")),
         gpus=amount.gpus,
-        gpu_product=labels.get(GPU_PRODUCT_LABEL) if amount.gpus else None,
+        gpu_product=(labels.get(GPU_PRODUCT_LABEL) or UNLABELED_GPU_PRODUCT)
+        if amount.gpus
+        else None,
         millicpus=amount.millicpu,
         memory=amount.memory,
     )
