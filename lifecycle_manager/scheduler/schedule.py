@@ -354,7 +354,23 @@ class _Pass:
 
     # -- estimates -------------------------------------------------------------------------
 
+    def _in_start_order(self) -> None:
+        """Waiting jobs in the order they are expected to start: fair order with each job
+        charged to its team as if it had started, so that teams take turns down the queue
+        (the pass itself charges only what it admits). Past `EXACT_POSITIONS` waiting jobs
+        they stay in the order the pass weighed them (the current fair order, each team's
+        jobs together): ordering them all would cost a good part of a pass."""
+        if len(self.waiting) > EXACT_POSITIONS:
+            return
+        jobs = [entry[0] for entry in self.waiting]
+        order = fair_order(
+            jobs, self.ledger.copy(), self.totals, list(self.gpu_products), charge_each=True
+        )
+        rank = {job.id: i for i, job in enumerate(order)}
+        self.waiting.sort(key=lambda entry: rank[entry[0].id])
+
     def _waiting_with_estimates(self) -> tuple[Waiting, ...]:
+        self._in_start_order()
         free_by_pool: dict[str, int] = {}
         for i, product in enumerate(self.free.product):
             if product is not None:
@@ -398,6 +414,7 @@ class _Pass:
 
 
 ROOM_TRIES = 2
+EXACT_POSITIONS = 2000
 PASS_ROOM_TRIES = 32
 
 

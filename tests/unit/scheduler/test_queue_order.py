@@ -84,3 +84,16 @@ def test_a_team_is_charged_only_for_what_it_is_granted() -> None:
     assert ids(queue_order(cluster)) == ["x-big", "y-small", "x-small"]
     result = schedule(cluster, NOW)
     assert [a.job_id for a in result.admissions] == ["x-small", "y-small"]
+
+
+def test_waiting_positions_follow_the_order_jobs_are_expected_to_start() -> None:
+    # the cluster is full: team a's three jobs came first, yet the teams take turns
+    teams = [team("a", 8), team("b", 8), team("x", 8)]
+    busy = [running("blocker", "x", "a100-0", gpus=8, runtime=None)]
+    jobs = [pending(f"a{i}", "a", submitted=i) for i in range(3)]
+    jobs += [pending(f"b{i}", "b", submitted=3 + i) for i in range(3)]
+    result = schedule(snapshot(gpu_nodes(1), teams, busy, jobs), NOW)
+    assert result.admissions == ()
+    order = [w.job_id for w in sorted(result.waiting, key=lambda w: w.position)]
+    assert order == ["a0", "b0", "a1", "b1", "a2", "b2"]
+    assert [w.position for w in result.waiting] == [1, 2, 3, 4, 5, 6]
