@@ -27,7 +27,8 @@ class Timings:
     redeploy_after_s: float = 5.0  # a DEPLOYING job missing learners this long is deployed again
 
 
-async def _no_pass() -> None:
+async def no_pass() -> None:
+    """Asks for nothing: a context whose tests run their scheduling passes themselves."""
     return None
 
 
@@ -42,7 +43,7 @@ class Context:
     # Runs a RECOVERING job's next attempt after a delay (Celery in the service, direct in tests).
     schedule_recovery: Callable[[str, float], Awaitable[None]]
     # Asks for a scheduling pass soon (a Celery task in the service; tests run their own).
-    request_pass: Callable[[], Awaitable[None]] = field(default=_no_pass)
+    request_pass: Callable[[], Awaitable[None]] = field(default=no_pass)
     timings: Timings = field(default_factory=Timings)
     clock: Callable[[], datetime] = utcnow
 

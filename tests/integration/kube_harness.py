@@ -22,7 +22,7 @@ from lifecycle_manager.backends.kubernetes.watch import PodWatch
 from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP, Monitor
 from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import operations
-from lifecycle_manager.glue.context import Context, Timings
+from lifecycle_manager.glue.context import Context, Timings, no_pass
 from storage import jobs as repo
 from storage import streams
 from storage.migrate import upgrade
@@ -106,6 +106,7 @@ async def kube_ctx(
     tmp_path: Path, redis_url: str, emulator: RunningEmulator, namespace: str
 ) -> AsyncIterator[Context]:
     context = open_context(kube_settings(tmp_path, redis_url, emulator, namespace), TIMINGS)
+    context.request_pass = no_pass  # no worker takes tasks here: the test runs passes
     recoveries: list[asyncio.Task[None]] = []
 
     async def recover_directly(job_id: str, delay_s: float) -> None:

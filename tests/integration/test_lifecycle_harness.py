@@ -21,7 +21,7 @@ import pytest
 
 from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import operations
-from lifecycle_manager.glue.context import Context, Timings
+from lifecycle_manager.glue.context import Context, Timings, no_pass
 from storage.migrate import upgrade
 from storage.settings import Settings
 from tests import services
@@ -162,6 +162,7 @@ TEST_TIMINGS = Timings(stop_wait_s=5.0, requeue_after_s=0.0, deploy_grace_s=30.0
 async def lifecycle_context(settings: Settings) -> AsyncIterator[Context]:
     """A `Context` on `settings` whose restarts run in this test's event loop."""
     context = open_context(settings, TEST_TIMINGS)
+    context.request_pass = no_pass  # no worker takes tasks here: the test runs passes
     recoveries: list[asyncio.Task[None]] = []
 
     async def recover_directly(job_id: str, delay_s: float) -> None:

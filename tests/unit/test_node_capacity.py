@@ -72,6 +72,22 @@ def test_cordoned_and_not_ready_nodes_are_left_out() -> None:
     assert [node.name for node in cluster_nodes(nodes)] == ["ready", "silent"]
 
 
+def test_what_other_workloads_hold_on_a_node_is_not_offered() -> None:
+    def pod(node: str, phase: str, **requests: str) -> dict[str, Any]:
+        container = {"name": "main", "resources": {"requests": requests}}
+        return {"spec": {"nodeName": node, "containers": [container]}, "status": {"phase": phase}}
+
+    allocatable = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}
+    others = [
+        pod("gpu-1", "Running", cpu="2", memory="8Gi", **{"nvidia.com/gpu": "1"}),
+        pod("gpu-1", "Pending", cpu="500m"),
+        pod("gpu-1", "Succeeded", cpu="4", **{"nvidia.com/gpu": "3"}),  # done: holds nothing
+        pod("elsewhere", "Running", cpu="64"),
+    ]
+    [node] = cluster_nodes([kube_node("gpu-1", allocatable)], others)
+    assert (node.gpus, node.millicpus, node.memory) == (3, 5500, 24 * 2**30)
+
+
 def test_the_local_node_is_what_the_settings_say(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLAAS_LOCAL_GPUS", "4")
     monkeypatch.setenv("DLAAS_LOCAL_GPU_PRODUCT", "pretend-A100")

@@ -17,7 +17,7 @@ from kubernetes.utils import parse_quantity
 
 from lifecycle_manager.backends.kubernetes.manifests import GPU_RESOURCE
 
-_FINISHED = ("Succeeded", "Failed")
+FINISHED_PHASES = ("Succeeded", "Failed")
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 
@@ -129,7 +129,7 @@ def node_rooms(
         )
     waiting: list[Amount] = []
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") in _FINISHED:
+        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             continue
         need = pod_request(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")

@@ -281,8 +281,21 @@ class KubernetesBackend:
     # -- list -----------------------------------------------------------------------------
 
     async def nodes(self) -> list[NodeCapacity]:
-        answer = await asyncio.to_thread(self.calls.json, self.calls.core.list_node)
-        return cluster_nodes(answer.get("items") or [])
+        core = self.calls.core
+        nodes, pods = await asyncio.gather(
+            asyncio.to_thread(self.calls.json, core.list_node),
+            asyncio.to_thread(
+                self.calls.json,
+                core.list_pod_for_all_namespaces,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            ),
+        )
+        others = [pod for pod in pods.get("items") or [] if not self._is_learner_pod(pod)]
+        return cluster_nodes(nodes.get("items") or [], others)
+
+    def _is_learner_pod(self, pod: Mapping[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        return meta.get("namespace") == self.namespace and JOB_LABEL in (meta.get("labels") or {})
 
     async def _pods(self, selector: str) -> list[dict[str, Any]]:
         answer = await asyncio.to_thread(

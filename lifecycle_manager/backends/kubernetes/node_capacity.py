@@ -5,10 +5,17 @@ NVIDIA's GPU feature discovery sets. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lifecycle_manager.backends.kubernetes.admission import allocatable, schedulable
+from lifecycle_manager.backends.kubernetes.admission import (
+    FINISHED_PHASES,
+    Amount,
+    allocatable,
+    pod_request,
+    schedulable,
+)
 from storage.cluster_nodes import NodeCapacity
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -31,6 +38,37 @@ def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
     )
 
 
-def cluster_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodeCapacity]:
-    """The nodes new learners may go to: cordoned and NotReady ones are left out."""
-    return [node_capacity(node) for node in nodes if schedulable(node)]
+def held_by(pods: Iterable[Mapping[str, Any]]) -> dict[str, Amount]:
+    """What the running or starting pods request, by the node they are bound to."""
+    held: dict[str, Amount] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+            continue
+        name = (pod.get("spec") or {}).get("nodeName")
+        if name:
+            held[name] = held.get(name, Amount()) + pod_request(pod)
+    return held
+
+
+def cluster_nodes(
+    nodes: Iterable[Mapping[str, Any]], other_pods: Iterable[Mapping[str, Any]] = ()
+) -> list[NodeCapacity]:
+    """The nodes new learners may go to (cordoned and NotReady ones are left out), each
+    less what `other_pods`, the cluster's other workloads, hold on it: dlaas schedules
+    within what they leave."""
+    held = held_by(other_pods)
+    found = []
+    for node in nodes:
+        if not schedulable(node):
+            continue
+        capacity = node_capacity(node)
+        taken = held.get(capacity.name)
+        if taken is not None:
+            capacity = dataclasses.replace(
+                capacity,
+                gpus=max(0, capacity.gpus - taken.gpus),
+                millicpus=max(0, capacity.millicpus - taken.millicpu),
+                memory=max(0, capacity.memory - taken.memory),
+            )
+        found.append(capacity)
+    return found

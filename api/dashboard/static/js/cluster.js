@@ -1,7 +1,7 @@
 // The cluster: each node's capacity and what runs on it, and the queue with each waiting
 // job's reason.
 import { get } from "./api.js";
-import { ago, bytes, h, page, showError } from "./dom.js";
+import { ago, bytes, duration, h, page, showError } from "./dom.js";
 
 const REFRESH_MS = 3000;
 
@@ -13,21 +13,34 @@ function nodeTable(cluster) {
       h("td", {}, node.name),
       h("td", { class: "num" }, `${node.cpus_used ?? "?"} / ${node.cpus}`),
       h("td", { class: "num" }, `${bytes(node.memory_bytes_used ?? 0)} / ${bytes(node.memory_bytes)}`),
-      h("td", { class: "num" }, `${node.gpus_used ?? 0} / ${node.gpus}`),
+      h("td", { class: "num" }, gpus(node)),
       h("td", { class: "num" }, node.learners ?? "?")))));
+}
+
+function startsIn(iso) {
+  if (!iso) return "-";
+  const seconds = Math.round((Date.parse(iso) - Date.now()) / 1000);
+  return seconds <= 0 ? "now" : `in ${duration(seconds)}`;
 }
 
 function queueTable(jobs) {
   if (!jobs.length) return h("p", { class: "help" }, "Nothing is waiting.");
   return h("table", { class: "compact", "aria-label": "Queue" },
-    h("thead", {}, h("tr", {}, ["Position", "Job", "Owner", "Waiting", "Why it waits"]
+    h("thead", {}, h("tr", {}, ["Position", "Job", "Team", "Owner", "Waiting", "Why it waits", "Expected start"]
       .map((name) => h("th", { scope: "col" }, name)))),
-    h("tbody", {}, jobs.map((job, i) => h("tr", { dataset: { job: job.id } },
-      h("td", { class: "num" }, i + 1),
+    h("tbody", {}, jobs.map((job) => h("tr", { dataset: { job: job.id } },
+      h("td", { class: "num" }, job.position),
       h("td", {}, h("a", { href: `/ui/jobs/${encodeURIComponent(job.id)}` }, job.name)),
+      h("td", {}, job.team),
       h("td", {}, job.owner),
-      h("td", {}, ago(job.created_at)),
-      h("td", { class: "reason" }, job.reason || "waiting for its turn")))));
+      h("td", {}, ago(job.submitted_at)),
+      h("td", { class: "reason" }, job.reason),
+      h("td", {}, startsIn(job.estimated_start))))));
+}
+
+function gpus(node) {
+  const product = node.gpu_product ? ` ${node.gpu_product}${node.pretend_gpus ? " (pretend)" : ""}` : "";
+  return `${node.gpus_used ?? "?"} / ${node.gpus}${product}`;
 }
 
 export async function render() {
@@ -38,9 +51,8 @@ export async function render() {
   const refresh = async () => {
     try {
       const [cluster, waiting] = await Promise.all([
-        get("/v2/cluster"), get("/v2/jobs", { state: "QUEUED", limit: 200 })]);
-      // the queue is served oldest first
-      const jobs = waiting.jobs.slice().reverse();
+        get("/v2/cluster"), get("/v2/queue", { limit: 200 })]);
+      const jobs = waiting.jobs;
       nodes.replaceChildren(h("h2", { id: "nodes-title" }, `Nodes (${cluster.backend} backend)`),
         cluster.nodes.length ? nodeTable(cluster) : h("p", { class: "help" }, "No nodes reported."),
         h("p", { class: "help" }, `${cluster.active_learners} learners active.`));
