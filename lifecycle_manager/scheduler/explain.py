@@ -41,6 +41,16 @@ def _needs(gang: Gang, block: QuotaBlock) -> str:
     return describe_gang(gang.learners, gang.gpus, block.resource.removeprefix("gpus:"))
 
 
+def held_quota_reason(gang: Gang, resource: str, holder: str) -> str:
+    """e.g. "needs 4 GPUs (A100) beyond its team's nominal quota; the idle A100 GPU quota
+    is kept for job j7, first in the fair order"."""
+    needs = describe_gang(gang.learners, gang.gpus, resource.removeprefix("gpus:"))
+    return (
+        f"needs {needs} beyond its team's nominal quota; the idle {_what(resource)} quota "
+        f"is kept for job {holder}, first in the fair order"
+    )
+
+
 def quota_reason(gang: Gang, block: QuotaBlock) -> str:
     """e.g. "needs 4 GPUs (A100); team vision has 2 of its 8 free, borrowing limit reached"."""
     team = f"team {block.team}"

@@ -3,14 +3,19 @@
 Each team's jobs line up by priority (capped at the team's `max_priority`), oldest first
 within a priority. The teams' lines are merged by the key of each line's first job:
 
-- whether the team stays within its nominal quota with the job; those jobs go first,
-  since they would reclaim borrowed resources anyway;
+- whether the team still has nominal quota left of what the job needs; teams below their
+  nominal quota go first, since they would reclaim borrowed resources anyway;
 - the job's priority;
-- its team's weighted dominant share (DRF) with the job: the largest fraction of any
-  cluster resource (GPUs of a product, CPUs, memory) the team would hold, divided by the
-  team's weight. The lowest share goes next, so teams that want more than their share
-  take turns in proportion to their weights;
+- its team's weighted dominant share (DRF): the largest fraction of any cluster resource
+  (GPUs of a product, CPUs, memory) the team holds, divided by the team's weight. The
+  lowest share goes next, so teams that want more than their share take turns in
+  proportion to their weights;
 - the older job first.
+
+Both are the team's standing, not the job's: a team's large gang at the head of its line
+does not push its later jobs (which its quota may still cover) behind the borrowing of
+teams with smaller jobs, and a team with large jobs is not kept below its share because
+each of its jobs, added to what it holds, looks large.
 
 A team is charged only for what it is actually granted: a pass charges the jobs it admits,
 so a team whose first job is stuck (a gang too big for the room) keeps its low share and
@@ -79,6 +84,7 @@ class _TeamLine:
         self.default_product = (products_by_headroom(account, gpu_products) or [None])[0]
         self._version = -1
         self._by_gang: dict[Gang, tuple[bool, float]] = {}
+        self._share: float | None = None
 
     def key(self) -> _Key:
         priority, submitted_at, job_id, _, job = self.line[self.next]
@@ -86,18 +92,18 @@ class _TeamLine:
         if account.version != self._version:
             self._version = account.version
             self._by_gang.clear()
+            self._share = None
         known = self._by_gang.get(job.gang)
         if known is None:
             used, nominal = account.used, account.nominal
-            share = dominant_share(used, self.totals)
-            borrows = False
-            for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product):
-                after = used.get(key, 0) + amount
-                borrows = borrows or after > nominal.get(key, 0)
-                total = self.totals.get(key)
-                if total and after / total > share:
-                    share = after / total
-            known = self._by_gang[job.gang] = (borrows, share / account.team.weight)
+            if self._share is None:
+                self._share = dominant_share(used, self.totals) / account.team.weight
+            # the team has used up its nominal quota of something the job needs
+            borrows = any(
+                amount > 0 and used.get(key, 0) >= nominal.get(key, 0)
+                for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product)
+            )
+            known = self._by_gang[job.gang] = (borrows, self._share)
         return (known[0], priority, known[1], submitted_at, job_id, self.name)
 
 

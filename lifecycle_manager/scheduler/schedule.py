@@ -35,6 +35,7 @@ from lifecycle_manager.scheduler.decisions import (
 from lifecycle_manager.scheduler.estimate import StartEstimator
 from lifecycle_manager.scheduler.explain import (
     behind_reservation_reason,
+    held_quota_reason,
     holds_reservation_reason,
     preempting_reason,
     quota_reason,
@@ -85,6 +86,8 @@ class _Pass:
         self._room_tries = 0
         self._running_holders: list[_Holder] | None = None
         self._running_releases: dict[str, list[Release]] | None = None
+        # per GPU resource: the job (id, team) the idle quota is kept for, see _hold_quota
+        self._quota_holds: dict[str, tuple[str, str]] = {}
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -138,9 +141,15 @@ class _Pass:
             products = products_by_headroom(account, products)
         quota_blocked: list[tuple[str | None, QuotaBlock]] = []
         no_room: list[str | None] = []
+        held_for: list[tuple[str | None, str, str]] = []
         for product in products:
             need = facts.needs[product]
             block = self._quota_block(job.team, shape, product, need)
+            if block is None and self._quota_holds:
+                hold = self._held_from(job.team, need)
+                if hold is not None:
+                    held_for.append((product, *hold))
+                    continue
             if block is not None and not _guaranteed(block):
                 quota_blocked.append((product, block))
                 continue
@@ -162,10 +171,17 @@ class _Pass:
                 return
             self._wait_for_room(job, facts, priority, product)
             return
+        if not quota_blocked:
+            product, holder, resource = held_for[0]
+            kept_for = held_quota_reason(job.gang, resource, holder)
+            self.waiting.append((job, facts, WaitCause.NO_IDLE_QUOTA, kept_for, product))
+            return
         product, block = quota_blocked[0]
         # past its own ceiling, only the team's own lower-priority jobs can make room
         if self._make_room(job, facts, priority, product, own_team_only=not block.no_idle_quota):
             return
+        if block.no_idle_quota:
+            self._hold_quota(job, block)
         cause = WaitCause.NO_IDLE_QUOTA if block.no_idle_quota else WaitCause.TEAM_QUOTA
         reason = shape.reasons.get(id(block))
         if reason is None:
@@ -202,6 +218,39 @@ class _Pass:
         if block is not None:
             shape.blocks[product] = (admissions, block)
         return block
+
+    def _hold_quota(self, job: PendingJob, block: QuotaBlock) -> None:
+        """Keep the GPU quota that borrowers give back for `job`, the first in fair order
+        to wait for idle quota: teams after it may not borrow that product until it
+        starts, or idle quota would always go to the teams with the smallest jobs, however
+        far beyond their share. Only if what borrowers hold beyond their nominal quota
+        would cover it: otherwise the job can start only once its own team's jobs end,
+        and holding quota for it would leave GPUs idle for nothing."""
+        resource = block.resource
+        if not resource.startswith("gpus:") or resource in self._quota_holds:
+            return
+        ledger = self.ledger
+        kept = sum(
+            min(account.used.get(resource, 0), account.nominal_of(resource))
+            for name, account in ledger.accounts.items()
+            if name != job.team
+        )
+        if block.used + block.need <= ledger.cohort_nominal.get(resource, 0) - kept:
+            self._quota_holds[resource] = (job.id, job.team)
+
+    def _held_from(self, team: str, need: Need) -> tuple[str, str] | None:
+        """(the job the quota is kept for, the resource) if `need` would borrow quota
+        kept for another team's job."""
+        account = self.ledger.accounts[team]
+        for key, amount in need:
+            hold = self._quota_holds.get(key)
+            if (
+                hold is not None
+                and hold[1] != team
+                and account.used.get(key, 0) + amount > account.nominal_of(key)
+            ):
+                return hold[0], key
+        return None
 
     def _place(
         self, job: PendingJob, facts: GangFacts, product: str | None

@@ -97,3 +97,40 @@ def test_a_job_larger_than_its_team_may_ever_use_is_refused() -> None:
     (refusal,) = schedule(cluster, NOW).refusals
     assert refusal.field == "gpus"
     assert "12: its nominal quota plus borrowing limit" in refusal.reason
+
+
+def quota_kept_for_a_gang(d_holds: int, o_holds: int) -> tuple[list[str], dict[str, str]]:
+    """16 GPUs; a owns 8 and holds 6, d owns 4, o owns 4. a's gang of 4 would borrow 2 and
+    finds no idle quota; d wants to borrow more, o to use its own."""
+    teams = [team("a", 8, borrow=8), team("d", 4, borrow=12), team("o", 4)]
+    busy = [running(f"a-run{i}", "a", "a100-0") for i in range(6)]
+    busy += [running(f"o-run{i}", "o", "a100-1") for i in range(o_holds)]
+    busy += [
+        running(f"d-run{i}", "d", "a100-1" if o_holds + i < 8 else "a100-0") for i in range(d_holds)
+    ]
+    jobs = [pending("a-gang", "a", gpus=4, submitted=1), pending("d-more", "d", submitted=2)]
+    if o_holds < 4:
+        jobs.append(pending("o-own", "o", submitted=3))
+    result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
+    admitted = [a.job_id for a in result.admissions]
+    return admitted, {w.job_id: w.reason for w in result.waiting if w.cause == "no_idle_quota"}
+
+
+def test_idle_quota_is_kept_for_the_first_job_in_fair_order_that_waits_for_it() -> None:
+    # d borrows 4 of o's idle quota: as they give it back it goes to a's gang, whose team
+    # has the lower share, not to d's small jobs that would always get there first
+    admitted, waiting = quota_kept_for_a_gang(d_holds=8, o_holds=0)
+    assert admitted == ["o-own"]  # o's own quota is never kept from it
+    assert "a-gang" in waiting
+    assert waiting["d-more"] == (
+        "needs 1 GPU (A100) beyond its team's nominal quota; the idle A100 GPU quota is kept "
+        "for job a-gang, first in the fair order"
+    )
+
+
+def test_idle_quota_is_not_kept_for_a_gang_that_borrowers_could_never_make_room_for() -> None:
+    # d borrows only 1 and o holds its own 4: even all of d's borrowing back would not let
+    # a's gang start, so d may go on borrowing what is idle
+    admitted, waiting = quota_kept_for_a_gang(d_holds=5, o_holds=4)
+    assert admitted == ["d-more"]
+    assert list(waiting) == ["a-gang"]
