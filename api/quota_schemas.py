@@ -50,7 +50,7 @@ def _memory(value: object) -> object:
     return None if value is None else parse_memory(value)
 
 
-Count = Annotated[int, BeforeValidator(whole_number), Field(ge=0, le=MAX_COUNT)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(whole_number)]
 GpuCounts = Annotated[
     dict[str, Count],
     WithJsonSchema(
@@ -81,8 +81,8 @@ Memory = Annotated[
 ]
 Jobs = Annotated[
     int,
-    BeforeValidator(whole_number),
     Field(ge=0, le=MAX_COUNT, description="jobs running at once"),
+    BeforeValidator(whole_number),
 ]
 
 
@@ -115,7 +115,7 @@ class QuotaBody(AmountsBody):
     weight: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] = Field(
         1.0, description="the team's weight in fair sharing"
     )
-    max_priority: Annotated[int, BeforeValidator(whole_number), Field(ge=0, le=MAX_PRIORITY)] = (
+    max_priority: Annotated[int, Field(ge=0, le=MAX_PRIORITY), BeforeValidator(whole_number)] = (
         Field(0, description="the highest priority the team's jobs may take")
     )
 
