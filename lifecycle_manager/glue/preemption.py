@@ -17,13 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.learner_stopping import mark_stopped, mark_stopping
-from lifecycle_manager.glue.scheduling import ADMITTED_EVENT, PREEMPTING_EVENT
+from lifecycle_manager.glue.scheduling import ADMITTED_EVENT, CHECKPOINT_EVENT, PREEMPTING_EVENT
 from storage import jobs as repo
 from storage.job_states import ACTIVE_STATES, Desired, JobState
 from storage.models import Job, JobEvent
 
 PREEMPTED_EVENT = "preempted"
-_CHECKPOINT_EVENT = "checkpoint"
 
 
 async def preemption_under_way(session: AsyncSession, job: Job) -> JobEvent | None:
@@ -75,7 +74,7 @@ async def requeue(ctx: Context, job_id: str) -> bool:
         asked = None if job is None else await preemption_under_way(session, job)
         if job is None or asked is None or job.attempt != attempt:
             return True
-        checkpoint = await repo.latest_event(session, job_id, _CHECKPOINT_EVENT)
+        checkpoint = await repo.latest_event(session, job_id, CHECKPOINT_EVENT)
         resumes = (
             "resumes from its newest checkpoint"
             if checkpoint is not None

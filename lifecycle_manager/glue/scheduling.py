@@ -39,8 +39,8 @@ ADMITTED_EVENT = "admitted"
 PREEMPTING_EVENT = "preempting"
 WAITING_EVENT = "waiting"
 _STATE_EVENT = "state"
-_CHECKPOINT_EVENT = "checkpoint"
-_KINDS = (ADMITTED_EVENT, PREEMPTING_EVENT, WAITING_EVENT, _STATE_EVENT, _CHECKPOINT_EVENT)
+CHECKPOINT_EVENT = "checkpoint"
+_KINDS = (ADMITTED_EVENT, PREEMPTING_EVENT, WAITING_EVENT, _STATE_EVENT, CHECKPOINT_EVENT)
 UNSCHEDULABLE = "unschedulable"  # the cause shown for a job the nodes, even empty, cannot hold
 
 
@@ -98,7 +98,7 @@ async def _load(session: AsyncSession) -> _Loaded:
     for job, team in rows:
         admitted = events.get((job.id, ADMITTED_EVENT))
         preempting = events.get((job.id, PREEMPTING_EVENT))
-        checkpoint = events.get((job.id, _CHECKPOINT_EVENT))
+        checkpoint = events.get((job.id, CHECKPOINT_EVENT))
         queued = job.state == JobState.QUEUED
         if queued and job.desired != Desired.RUN:
             continue  # halted or deleted before it ran: it waits for nothing

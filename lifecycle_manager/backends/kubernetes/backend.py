@@ -152,15 +152,7 @@ class KubernetesBackend:
         """What the nodes lack to hold the gang's pods not created yet (gang admission)."""
         if not self.admission:
             return None
-        core = self.calls.core
-        nodes, pods = await asyncio.gather(
-            asyncio.to_thread(self.calls.json, core.list_node),
-            asyncio.to_thread(
-                self.calls.json,
-                core.list_pod_for_all_namespaces,
-                field_selector="status.phase!=Succeeded,status.phase!=Failed",
-            ),
-        )
+        nodes, pods = await self._nodes_and_live_pods()
         existing = {
             _name(pod)
             for pod in pods.get("items") or []
@@ -281,6 +273,12 @@ class KubernetesBackend:
     # -- list -----------------------------------------------------------------------------
 
     async def nodes(self) -> list[NodeCapacity]:
+        nodes, pods = await self._nodes_and_live_pods()
+        others = [pod for pod in pods.get("items") or [] if not self._is_learner_pod(pod)]
+        return cluster_nodes(nodes.get("items") or [], others)
+
+    async def _nodes_and_live_pods(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The cluster's nodes and every pod not finished, in all namespaces."""
         core = self.calls.core
         nodes, pods = await asyncio.gather(
             asyncio.to_thread(self.calls.json, core.list_node),
@@ -290,8 +288,7 @@ class KubernetesBackend:
                 field_selector="status.phase!=Succeeded,status.phase!=Failed",
             ),
         )
-        others = [pod for pod in pods.get("items") or [] if not self._is_learner_pod(pod)]
-        return cluster_nodes(nodes.get("items") or [], others)
+        return nodes, pods
 
     def _is_learner_pod(self, pod: Mapping[str, Any]) -> bool:
         meta = pod.get("metadata") or {}
