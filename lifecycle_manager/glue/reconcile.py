@@ -14,8 +14,9 @@ next pass.
   a job whose learners have all ended reaches its final state here whatever happened to
   the events before;
 - queued jobs are weighed by one scheduling pass (`operations.schedule_jobs`), which also
-  starts what a finished job made room for; a DEPLOYING job whose learners did not appear
-  is deployed again (creation is idempotent);
+  starts what a finished job made room for; a job admitted whose deploy was lost (a worker
+  died between the admission and the deploy) and a DEPLOYING job whose learners did not
+  appear are deployed again (creation is idempotent);
 - halts, resumes and deletes that did not finish are finished, and a HALTED job the user
   resumed is resumed even if the resume's nudge was lost.
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
-from lifecycle_manager.glue import operations
+from lifecycle_manager.glue import operations, scheduling
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.learner_reports import apply_cluster_view, settle_job
 from storage import jobs as repo
@@ -65,6 +66,7 @@ class _JobFacts:
     deleted: bool
     age: float
     halting: bool  # learner rows of the current attempt say a halt is under way
+    admitted_age: float | None = None  # a QUEUED job admitted this long ago, not yet deployed
     attempts: Mapping[int, int] = field(default_factory=dict)  # learner -> its row's attempt
 
     @property
@@ -127,6 +129,8 @@ async def _load(
             job = await repo.get_job_any(session, job_id)
             if job is not None:
                 rows[job_id] = job
+        queued = [job.id for job in open_rows if job.state == JobState.QUEUED]
+        admitted_at = await scheduling.admissions(session, queued)
         facts = {}
         for job in rows.values():
             learners = await repo.learners_of(session, job.id) if job in open_rows else []
@@ -142,6 +146,7 @@ async def _load(
                 age=ctx.age(job.updated_at),
                 halting=halting,
                 attempts={row.index: row.attempt for row in learners},
+                admitted_age=ctx.age(admitted_at[job.id]) if job.id in admitted_at else None,
             )
         unpurged = [job.id for job in await operations.deleted_unpurged(session)]
     return [facts[job.id] for job in open_rows], facts, unpurged
@@ -192,7 +197,11 @@ async def _drive(
             if outcome.retry_after is None:
                 report.finished.append(facts.id)
     elif facts.state is JobState.QUEUED:
-        return  # the sweep's scheduling pass weighs every queued job at once
+        # The sweep's scheduling pass weighs every queued job at once; one it admitted
+        # whose deploy never came is deployed here.
+        if facts.admitted_age is not None and facts.admitted_age >= ctx.timings.requeue_after_s:
+            await operations.deploy_job(ctx, facts.id)
+            report.deployed.append(facts.id)
     elif facts.state is JobState.RECOVERING:
         if lost_nudge:  # its restart task was lost
             outcome = await operations.recover_job(ctx, facts.id)

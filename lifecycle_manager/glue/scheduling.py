@@ -71,12 +71,24 @@ def admitted_since_queued(admitted: JobEvent | None, state: JobEvent | None) -> 
     return admitted is not None and (state is None or admitted.id > state.id)
 
 
+async def admissions(session: AsyncSession, job_ids: Iterable[str]) -> dict[str, datetime]:
+    """Of these QUEUED jobs, those the scheduler admitted since they were (re)queued, with
+    the time of the admission."""
+    ids = list(job_ids)
+    events = await repo.latest_events(session, ids, (ADMITTED_EVENT, _STATE_EVENT))
+    found = {}
+    for job_id in ids:
+        admission = events.get((job_id, ADMITTED_EVENT))
+        if admission is not None and admitted_since_queued(
+            admission, events.get((job_id, _STATE_EVENT))
+        ):
+            found[job_id] = admission.time
+    return found
+
+
 async def admitted(session: AsyncSession, job: Job) -> bool:
     """Whether a QUEUED job was admitted by the scheduler since it was (re)queued."""
-    events = await repo.latest_events(session, [job.id], (ADMITTED_EVENT, _STATE_EVENT))
-    return admitted_since_queued(
-        events.get((job.id, ADMITTED_EVENT)), events.get((job.id, _STATE_EVENT))
-    )
+    return job.id in await admissions(session, [job.id])
 
 
 async def placement_for(session: AsyncSession, job_id: str) -> Placement | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle_manager.glue import operations
+from lifecycle_manager.glue import operations, scheduling
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.reconcile import reconcile
 from storage import cluster_nodes, queue_view
@@ -143,3 +143,19 @@ async def test_a_higher_priority_job_preempts_one_that_requeues_without_a_restar
     await reconcile(ctx)
     job = await load(ctx, low)
     assert (job.state, job.attempt, job.restarts) == (JobState.DEPLOYING, 2, 0)
+
+
+async def test_a_job_admitted_whose_deploy_was_lost_is_deployed_by_the_sweep(
+    ctx: Context, agent: Agent
+) -> None:
+    job_id = await make_job(ctx, "sleep 60", gpus=1)
+    # The pass records the admission; the worker that was to deploy it dies right after.
+    decided = await scheduling.run_pass(ctx)
+    assert decided is not None and [a.job_id for a in decided.admissions] == [job_id]
+    assert (await load(ctx, job_id)).state == JobState.QUEUED
+
+    report = await reconcile(ctx)
+    assert job_id in report.deployed, report
+    job = await load(ctx, job_id)
+    assert (job.state, job.attempt) == (JobState.DEPLOYING, 1)
+    assert len(await _events(ctx, job_id, "admitted")) == 1  # deployed, not admitted again
