@@ -1,9 +1,10 @@
 """End to end on a kind cluster: dlaas installed from the chart runs the digits example to
 COMPLETED, its learners as pods with the kubernetes backend.
 
-Set up by `make e2e-kind` (tests/e2e_kind/run.sh). Skipped, with the reason, when kubectl is
-missing, the cluster does not answer, or dlaas is not installed there. Environment:
-`DLAAS_E2E_KUBE_CONTEXT` (default `kind-dlaas-e2e`), `DLAAS_E2E_NAMESPACE` (`dlaas`),
+Set up by `make e2e-kind` (tests/e2e_kind/run.sh); collected only when
+`DLAAS_E2E_KUBE_CONTEXT` names the cluster's context (run.sh sets it), so `make test` does
+not count it. Skipped, with the reason, when kubectl is missing, the cluster does not
+answer, or dlaas is not installed there. Environment: `DLAAS_E2E_NAMESPACE` (`dlaas`),
 `DLAAS_E2E_TOKEN` (default: the admin token in the release's Secret, which run.sh
 generated).
 """
