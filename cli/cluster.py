@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.context import Invocation, dlaas_command
-from cli.output import print_json, stdout_console
+from cli.output import format_size, print_json, stdout_console
 
 
 @dlaas_command
@@ -21,7 +21,10 @@ def cluster(inv: Invocation) -> None:
         return
     console = stdout_console()
     for key, value in info.items():
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if key == "nodes" and isinstance(value, list):
+            console.print(Text(f"{key}:", style="bold"))
+            console.print(_nodes_table(value))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             console.print(Text(f"{key}:", style="bold"))
             console.print(_table(value))
         elif isinstance(value, dict):
@@ -40,6 +43,28 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         table.add_column(column.upper())
     for row in rows:
         table.add_row(*(_scalar(row.get(c)) for c in columns))
+    return table
+
+
+def _nodes_table(nodes: list[dict[str, Any]]) -> Table:
+    """One line a node, each resource as what learners hold of what the node has."""
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "LEARNERS", "CPUS", "MEMORY", "GPUS"):
+        table.add_column(column)
+    for node in nodes:
+        gpus = f"{_scalar(node.get('gpus_used', 0))}/{_scalar(node.get('gpus'))}"
+        if node.get("gpus") and node.get("gpu_product"):
+            gpus += f" {node['gpu_product']}"
+        if node.get("pretend_gpus"):
+            gpus += " (pretend: learners run on CPU)"
+        memory = f"{format_size(node.get('memory_bytes_used', 0))}/"
+        table.add_row(
+            _scalar(node.get("name")),
+            _scalar(node.get("learners", 0)),
+            f"{_scalar(node.get('cpus_used', 0))}/{_scalar(node.get('cpus'))}",
+            memory + format_size(node.get("memory_bytes")),
+            gpus,
+        )
     return table
 
 

@@ -161,6 +161,7 @@ def test_cluster_text_and_json(stub: StubServer) -> None:
     assert body["backend"] == "local"
     text = invoke(stub, "cluster").stdout
     assert "backend: local" in text and "node-a" in text and "active_learners: 1" in text
+    assert "1.0 GiB" in text and "MEMORY" in text and "1073741824" not in text, text
 
 
 def test_usage_shows_what_is_kept_and_the_quota(stub: StubServer) -> None:
