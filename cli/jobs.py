@@ -23,6 +23,7 @@ from cli.output import (
     print_json,
     print_json_line,
     print_plain,
+    print_table,
     state_text,
     stdout_console,
     transfer_progress,
@@ -182,19 +183,21 @@ def _print_jobs(jobs: list[dict[str, Any]], *, filtered: bool) -> None:
             else "no jobs yet: submit one with `dlaas train manifest.yml MODEL_DIR`"
         )
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "STATE", "LEARNERS", "CREATED", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON")
-    for job in jobs:
-        table.add_row(
-            str(job.get("id", "")),
-            str(job.get("name") or ""),
-            state_text(job.get("state")),
-            str(job.get("learners", "")),
-            format_time(job.get("created_at")),
-            str(job.get("reason") or ""),
-        )
-    stdout_console().print(table)
+    print_table(
+        ("ID", "NAME", "STATE", "LEARNERS", "CREATED", "REASON"),
+        (
+            (
+                str(job.get("id", "")),
+                str(job.get("name") or ""),
+                state_text(job.get("state")),
+                str(job.get("learners", "")),
+                format_time(job.get("created_at")),
+                str(job.get("reason") or ""),
+            )
+            for job in jobs
+        ),
+        wrap=("REASON",),
+    )
 
 
 @dlaas_command

@@ -23,9 +23,13 @@ from rich.text import Text
 
 from cli.client import ProgressCallback
 
+# Piped into grep or a file, a table's lines are not cut to a terminal's width.
+_UNCUT_WIDTH = 1000
+
 
 def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    width = None if sys.stdout.isatty() else _UNCUT_WIDTH
+    return Console(highlight=False, soft_wrap=True, width=width)
 
 
 def stderr_console() -> Console:
@@ -158,11 +162,24 @@ def state_text(state: Any) -> Text:
     return Text(text, style=STATE_STYLES.get(text, ""))
 
 
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[str | Text]]) -> None:
-    """A plain table on stdout, in the style of `dlaas list`."""
+def print_table(
+    columns: Sequence[str], rows: Iterable[Sequence[str | Text]], wrap: Sequence[str] = ()
+) -> None:
+    """A plain table on stdout, in the style of `dlaas list`. Only the `wrap` columns
+    (free text such as a reason) wrap in a narrow terminal; the others, ids among them,
+    are shown whole."""
+    listed = list(rows)
     table = Table(box=None, header_style="bold")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
+    for i, column in enumerate(columns):
+        if column in wrap:
+            table.add_column(column, overflow="fold", min_width=min(len(column), 12))
+            continue
+        widest = max((_cells(row[i]) for row in listed), default=0)
+        table.add_column(column, no_wrap=True, min_width=max(widest, len(column)))
+    for row in listed:
         table.add_row(*row)
     stdout_console().print(table)
+
+
+def _cells(cell: str | Text) -> int:
+    return (cell if isinstance(cell, Text) else Text(cell)).cell_len
