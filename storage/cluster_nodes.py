@@ -1,7 +1,9 @@
 """The cluster's nodes as the lifecycle manager last saw them, shared through Redis.
 
-The lifecycle manager asks its backend for the nodes at every scheduling pass and
-publishes them here; the API reads them to refuse, at submission, a job whose learner asks
+The lifecycle manager asks its backend for the nodes at every scheduling pass, and at
+least every `REFRESH_S` seconds in its sweep, and publishes them here (so a platform
+restarted with other capacity, or a cluster that gained a node, is not judged by what was
+published before); the API reads them to refuse, at submission, a job whose learner asks
 for more than any node has, and to show `GET /v2/cluster`. Amounts are integers: CPUs in
 millicpus, memory in bytes. A node's GPUs are all of one product; `pretend_gpus` marks a
 local node whose GPUs are configured (`DLAAS_LOCAL_GPUS`) rather than present, so that
@@ -19,6 +21,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 NODES_KEY = "dlaas:cluster-nodes"
+FRESH_KEY = "dlaas:cluster-nodes-fresh"  # exists while the published nodes are recent
+REFRESH_S = 10
 # Set in the environment of a learner that asked for this many GPUs on a node whose GPUs are
 # pretend: the program runs on CPU, and the runner says so in the learner's log.
 PRETEND_GPUS_ENV = "DLAAS_PRETEND_GPUS"
@@ -55,6 +59,13 @@ def publish_nodes(redis: Redis, nodes: Sequence[NodeCapacity]) -> None:
 
 async def apublish_nodes(redis: AsyncRedis, nodes: Sequence[NodeCapacity]) -> None:
     await redis.set(NODES_KEY, encode_nodes(nodes))
+    await redis.set(FRESH_KEY, "1", ex=REFRESH_S)
+
+
+async def aclaim_refresh(redis: AsyncRedis) -> bool:
+    """Whether the caller should publish the nodes again: true for one caller at a time,
+    once the last publication is `REFRESH_S` old."""
+    return bool(await redis.set(FRESH_KEY, "1", ex=REFRESH_S, nx=True))
 
 
 async def anodes(redis: AsyncRedis) -> list[NodeCapacity] | None:

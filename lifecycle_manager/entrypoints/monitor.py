@@ -27,8 +27,9 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from lifecycle_manager.backends.base import BackendUnavailable
 from lifecycle_manager.entrypoints.wiring import open_context
-from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue import job_users, scheduling
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.event_relay import EventRelay
 from lifecycle_manager.glue.heartbeats import check_heartbeats
@@ -68,6 +69,10 @@ class Monitor:
 
     async def run(self, stop: asyncio.Event) -> None:
         await streams.aensure_learner_group(self.ctx.redis, CONSUMER_GROUP)
+        try:  # at once, not at the first sweep: what was published before may be stale
+            await scheduling.publish_nodes(self.ctx)
+        except (BackendUnavailable, RedisError, OSError) as error:
+            log.warning("monitor: the cluster's nodes are published later: %s", error)
         # Beside the event loop below, so neither waits for the other.
         relaying = asyncio.create_task(self.relay.run(stop))
         syncing = asyncio.create_task(self.sync_job_users(stop))

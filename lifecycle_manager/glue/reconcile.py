@@ -36,6 +36,7 @@ from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
 from lifecycle_manager.glue import operations, scheduling
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.learner_reports import apply_cluster_view, settle_job
+from storage import cluster_nodes
 from storage import jobs as repo
 from storage.job_states import ACTIVE_STATES, STOPPED_STATES, Desired, JobState, LearnerState
 from storage.models import Job, utcnow
@@ -106,6 +107,11 @@ async def reconcile(ctx: Context) -> ReconcileReport:
         except Exception as error:
             log.exception("reconcile: scheduling")
             report.errors.append(f"scheduling: {error!r}")
+    elif cluster is not None and await cluster_nodes.aclaim_refresh(ctx.redis):
+        try:  # with nothing queued, no pass publishes the nodes the API judges jobs by
+            await scheduling.publish_nodes(ctx)
+        except BackendUnavailable as error:
+            report.errors.append(f"nodes: {error}")
     for job_id in unpurged:
         try:
             outcome = await operations.delete_job(ctx, job_id)

@@ -194,6 +194,11 @@ async def _record(
     return queue_view.QueueView(at=now, jobs=queued)
 
 
+async def publish_nodes(ctx: Context) -> None:
+    """Publish what the cluster's nodes offer now (raises BackendUnavailable)."""
+    await cluster_nodes.apublish_nodes(ctx.redis, await ctx.backend.nodes())
+
+
 async def run_pass(ctx: Context) -> SchedulePass | None:
     """One scheduling pass, recorded; None when the cluster could not say its nodes."""
     try:

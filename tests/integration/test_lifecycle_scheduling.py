@@ -159,3 +159,18 @@ async def test_a_job_admitted_whose_deploy_was_lost_is_deployed_by_the_sweep(
     job = await load(ctx, job_id)
     assert (job.state, job.attempt) == (JobState.DEPLOYING, 1)
     assert len(await _events(ctx, job_id, "admitted")) == 1  # deployed, not admitted again
+
+
+async def test_the_sweep_publishes_the_nodes_when_nothing_is_queued(
+    ctx: Context, agent: Agent
+) -> None:
+    """A platform restarted with other capacity is not judged by what was published before."""
+    stale = [cluster_nodes.NodeCapacity("local", millicpus=2000, memory=1 << 30)]
+    await cluster_nodes.apublish_nodes(ctx.redis, stale)
+    await reconcile(ctx)  # published just now: left as it is
+    assert await cluster_nodes.anodes(ctx.redis) == stale
+
+    await ctx.redis.delete(cluster_nodes.FRESH_KEY)  # as if REFRESH_S had passed
+    await reconcile(ctx)
+    nodes = await cluster_nodes.anodes(ctx.redis)
+    assert nodes is not None and [(n.gpus, n.gpu_product) for n in nodes] == [(2, "T4")]
