@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_CURSOR_LENGTH = 2048
 _CHECKSUM_BYTES = 8
+_DIGITS = re.compile(r"[0-9]+")
 
 Limit = Annotated[
     int,
@@ -61,6 +63,12 @@ def page_request(
     for name in ("limit", "cursor"):
         if len(request.query_params.getlist(name)) > 1:
             raise Invalid(f"give {name} once: it was given several times", field=name)
+    # The number parser would also take "+1", " 1" or "1_0": the schema says digits.
+    raw = request.query_params.get("limit")
+    if raw is not None and not _DIGITS.fullmatch(raw):
+        raise Invalid(
+            f"limit must be a whole number from 1 to {MAX_LIMIT}, such as 100", field="limit"
+        )
     return PageRequest(limit, cursor)
 
 

@@ -197,6 +197,8 @@ async def test_deleted_jobs_are_not_listed(api: Harness) -> None:
         ({"limit": 0}, "limit"),
         ({"limit": 1001}, "limit"),
         ({"limit": "ten"}, "limit"),
+        ({"limit": "+1"}, "limit"),
+        ({"limit": " 1"}, "limit"),
         ({"cursor": "not-a-cursor"}, "cursor"),
         ({"cursor": ""}, "cursor"),
         ({"cursor": "x" * 3000}, "cursor"),
