@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -52,20 +53,24 @@ def _nodes_table(nodes: list[dict[str, Any]]) -> Table:
     for column in ("NAME", "LEARNERS", "CPUS", "MEMORY", "GPUS"):
         table.add_column(column)
     for node in nodes:
-        gpus = f"{_scalar(node.get('gpus_used', 0))}/{_scalar(node.get('gpus'))}"
+        gpus = _used_of(node, "gpus", _scalar)
         if node.get("gpus") and node.get("gpu_product"):
             gpus += f" {node['gpu_product']}"
         if node.get("pretend_gpus"):
             gpus += " (pretend: learners run on CPU)"
-        memory = f"{format_size(node.get('memory_bytes_used', 0))}/"
         table.add_row(
             _scalar(node.get("name")),
             _scalar(node.get("learners", 0)),
-            f"{_scalar(node.get('cpus_used', 0))}/{_scalar(node.get('cpus'))}",
-            memory + format_size(node.get("memory_bytes")),
+            _used_of(node, "cpus", _scalar),
+            _used_of(node, "memory_bytes", format_size),
             gpus,
         )
     return table
+
+
+def _used_of(node: dict[str, Any], key: str, shown: Callable[[Any], str]) -> str:
+    """What the node's learners hold of `key`, over what the node has."""
+    return f"{shown(node.get(f'{key}_used', 0))}/{shown(node.get(key))}"
 
 
 def _scalar(value: Any) -> str:
