@@ -22,10 +22,11 @@ Room = tuple[int, int, int]  # GPUs, millicpus, memory
 
 
 class Release(NamedTuple):
-    """Room a running learner gives back on node `node` (an index) when its job ends."""
+    """Room a job holding it gives back when it ends: `room` on each of `nodes` (indices,
+    one per learner)."""
 
     end: float  # math.inf when unknown
-    node: int
+    nodes: tuple[int, ...]
     room: Room
 
 
@@ -86,19 +87,22 @@ def reserve(
     fitting = {i: learners_fitting(gang, *room[i]) for i in nodes}
     total = sum(fitting.values())
     start: float | None = now
-    ordered = sorted(r for r in releases if r.node in room)
+    ordered = sorted(releases)
     k = 0
     while total < gang.learners and k < len(ordered):
         moment = ordered[k].end
         while k < len(ordered) and ordered[k].end == moment:
             release = ordered[k]
             k += 1
-            node_room = room[release.node]
-            for d in range(3):
-                node_room[d] += release.room[d]
-            total -= fitting[release.node]
-            fitting[release.node] = learners_fitting(gang, *node_room)
-            total += fitting[release.node]
+            for node in release.nodes:
+                node_room = room.get(node)
+                if node_room is None:
+                    continue  # not a node the gang may use
+                for d in range(3):
+                    node_room[d] += release.room[d]
+                total -= fitting[node]
+                fitting[node] = learners_fitting(gang, *node_room)
+                total += fitting[node]
         start = None if math.isinf(moment) else max(moment, now)
     if total < gang.learners:
         return Reservation(job_id, priority, None, {})

@@ -12,47 +12,50 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+Ask = tuple[str, int, float | None, float | None]  # pool, amount, runtime, known start
 
 
-class StartEstimator:
-    """Asked for each waiting job in queue order, answers its estimated start."""
+def estimated_starts(
+    free: dict[str, int],
+    releases: Iterable[tuple[str, float, int]],
+    now: float,
+    asks: Sequence[Ask],
+) -> list[float | None]:
+    """The estimated start of each ask, in queue order.
 
-    def __init__(
-        self, free: dict[str, int], releases: Iterable[tuple[str, float, int]], now: float
-    ) -> None:
-        """`free`: each pool's free amount now; `releases`: (pool, end, amount) of the jobs
-        holding room (end math.inf when unknown)."""
-        self._now = now
-        self._ends: dict[str, list[tuple[float, int]]] = {}
-        for pool, end, amount in releases:
-            if not math.isinf(end):
-                self._ends.setdefault(pool, []).append((max(end, now), amount))
-        for heap in self._ends.values():
-            heapq.heapify(heap)
-        self._available = dict(free)
-        self._clock: dict[str, float | None] = {}
-
-    def start(
-        self, pool: str, amount: int, runtime_s: float | None, known_start: float | None = None
-    ) -> float | None:
-        """The next job's start; `known_start` is one worked out already (a reservation's)."""
-        start = self._clock.get(pool, self._now)
-        have = self._available.get(pool, 0)
-        heap = self._ends.get(pool)
-        while start is not None and have < amount:
-            if not heap:
-                start = None
-                break
-            end, freed = heapq.heappop(heap)
-            have += freed
-            start = max(start, end)
-        if start is not None:
+    `free`: each pool's free amount now; `releases`: (pool, end, amount) of the jobs
+    holding room (end math.inf when unknown); `asks`: (pool, amount, estimated runtime,
+    a start worked out already, such as a reservation's) of each waiting job. Pools are
+    independent, so each is played forward on its own."""
+    ends: dict[str, list[tuple[float, int]]] = {}
+    for pool, end, amount in releases:
+        if not math.isinf(end):
+            ends.setdefault(pool, []).append((max(end, now), amount))
+    in_pool: dict[str, list[int]] = {}
+    for i, ask in enumerate(asks):
+        in_pool.setdefault(ask[0], []).append(i)
+    starts: list[float | None] = [None] * len(asks)
+    heappop, heappush = heapq.heappop, heapq.heappush
+    for pool, indices in in_pool.items():
+        heap = ends.get(pool, [])
+        heapq.heapify(heap)
+        have = free.get(pool, 0)
+        clock = now
+        for i in indices:
+            _, amount, runtime, known = asks[i]
+            while have < amount and heap:
+                end, freed = heappop(heap)
+                have += freed
+                if end > clock:
+                    clock = end
+            if have < amount:
+                break  # room that never frees: no later job of the pool gets an estimate
             have -= amount
-            if known_start is not None:
-                start = max(start, known_start)
-            if runtime_s is not None:
-                heapq.heappush(self._ends.setdefault(pool, []), (start + runtime_s, amount))
-        self._available[pool] = have
-        self._clock[pool] = start
-        return start
+            if known is not None and known > clock:
+                clock = known
+            if runtime is not None:
+                heappush(heap, (clock + runtime, amount))
+            starts[i] = clock
+    return starts

@@ -26,6 +26,7 @@ if each job could start in turn.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -72,12 +73,14 @@ class _TeamLine:
     ) -> None:
         self.account = account
         self.name = account.team.name
-        cap = account.team.max_priority
-        # (-priority capped, submitted_at, id, position, job), in order
-        self.line = sorted(
-            (-min(j.priority, cap), j.submitted_at, j.id, i, j) for i, j in enumerate(jobs)
-        )
-        self.jobs = [entry[4] for entry in self.line]
+        cap = self.cap = account.team.max_priority
+        # by priority (capped), oldest first within one: two stable sorts, keyed in C
+        jobs.sort(key=_BY_AGE)
+        if any(job.priority > cap for job in jobs):
+            jobs.sort(key=lambda job: min(job.priority, cap), reverse=True)
+        else:
+            jobs.sort(key=_BY_PRIORITY, reverse=True)
+        self.jobs = jobs
         self.next = 0
         self.totals = totals
         # a job that names no product is charged where the team has most quota left
@@ -87,7 +90,7 @@ class _TeamLine:
         self._share: float | None = None
 
     def key(self) -> _Key:
-        priority, submitted_at, job_id, _, job = self.line[self.next]
+        job = self.jobs[self.next]
         account = self.account
         if account.version != self._version:
             self._version = account.version
@@ -104,7 +107,19 @@ class _TeamLine:
                 for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product)
             )
             known = self._by_gang[job.gang] = (borrows, self._share)
-        return (known[0], priority, known[1], submitted_at, job_id, self.name)
+        priority = job.priority
+        return (
+            known[0],
+            -(priority if priority <= self.cap else self.cap),
+            known[1],
+            job.submitted_at,
+            job.id,
+            self.name,
+        )
+
+
+_BY_AGE = operator.attrgetter("submitted_at", "id")
+_BY_PRIORITY = operator.attrgetter("priority")
 
 
 def fair_order(
@@ -134,10 +149,15 @@ def fair_order(
             product = job.gang.gpu_product or line.default_product
             ledger.add(job.team, need_of(job.gang, product))
         line.next += 1
-        if line.next < len(line.jobs):
-            heapq.heapreplace(heap, line.key())
-        else:
+        if line.next == len(line.jobs):
             heapq.heappop(heap)
+            continue
+        key = line.key()
+        # most often the same team stays first: then the heap needs no reordering
+        if (len(heap) < 2 or key <= heap[1]) and (len(heap) < 3 or key <= heap[2]):
+            heap[0] = key
+        else:
+            heapq.heapreplace(heap, key)
 
 
 def queue_order(cluster: ClusterSnapshot) -> list[PendingJob]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lifecycle_manager.scheduler.decisions import Refusal, WaitCause
+from lifecycle_manager.scheduler.decisions import WaitCause
 from lifecycle_manager.scheduler.model import Gang
 from lifecycle_manager.scheduler.placement import candidate_products
 from lifecycle_manager.scheduler.quota import (
@@ -47,20 +47,23 @@ class GangFacts:
 class TeamShape:
     """A gang as one team asks for it. `quota_wait` is how the last such job stayed
     queued for quota: (the team's admissions then, cause, reason, product); the next one
-    waits the same way until the team admits again."""
+    waits the same way until the team admits again. `room_wait` is how the last one
+    stayed queued for room: (the pass's count of changes then, its priority, cause,
+    reason, product); the next one of that priority waits the same way until anything
+    changes, unless it is short enough to backfill."""
 
-    __slots__ = ("blocks", "ceiling", "facts", "quota_wait", "reasons")
+    __slots__ = ("blocks", "facts", "never", "quota_wait", "reasons", "room_wait")
 
     def __init__(self, team: str, facts: GangFacts, ledger: QuotaLedger):
         self.facts = facts
-        self.ceiling = _beyond_ceiling(team, facts, ledger)
-        self.blocks: dict[str | None, tuple[int, QuotaBlock]] = {}  # product: (admissions, block)
+        # (field, reason) when no such job can ever run: too big for any node, or for the
+        # team's quota
+        self.never = facts.refusal or _beyond_ceiling(team, facts, ledger)
+        # product: (the admissions it holds for, the block or None), see _Pass._quota_block
+        self.blocks: dict[str | None, tuple[int, QuotaBlock | None]] = {}
         self.reasons: dict[int, str] = {}  # id of a block: its reason
         self.quota_wait: tuple[int, WaitCause, str, str | None] | None = None
-
-    def refusal(self, job_id: str) -> Refusal | None:
-        found = self.facts.refusal or self.ceiling
-        return None if found is None else Refusal(job_id, found[0], found[1])
+        self.room_wait: tuple[int, int, WaitCause, str, str | None] | None = None
 
 
 def _beyond_ceiling(team: str, facts: GangFacts, ledger: QuotaLedger) -> tuple[str, str] | None:

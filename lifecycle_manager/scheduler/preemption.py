@@ -213,7 +213,8 @@ def _candidates(
                 yield prio, lost, share, newest, job_id, victim
 
     why = _RECLAIM if reclaims else _OUTRANKED_BORROWER
-    for entry in heapq.merge(*(lendable(t) for t in borrowing_teams), key=lambda e: e[:5]):
+    # job ids are unique, so the entries compare before reaching the job itself
+    for entry in heapq.merge(*(lendable(t) for t in borrowing_teams)):
         yield entry[5], why
     yield from _own_team(job, priority, resource, index)
 

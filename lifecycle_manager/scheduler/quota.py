@@ -101,9 +101,14 @@ class QuotaLedger:
             for key, value in account.nominal.items():
                 self.cohort_nominal[key] = self.cohort_nominal.get(key, 0) + value
         self.cohort_used: dict[str, float] = {}
+        used: dict[str, dict[str, int]] = {}  # per team, summed before it is added
         for job in running:
             if job.team in self.accounts:
-                self.add(job.team, need_of(job.gang, job.gpu_product))
+                of_team = used.setdefault(job.team, {})
+                for key, amount in need_of(job.gang, job.gpu_product):
+                    of_team[key] = of_team.get(key, 0) + amount
+        for team, amounts in used.items():
+            self.add(team, tuple(amounts.items()))
 
     def copy(self) -> QuotaLedger:
         """A ledger that changes apart from this one from now on."""

@@ -19,8 +19,10 @@ the remaining jobs cost a few dictionary lookups each.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
-from typing import NamedTuple
+from collections.abc import Iterator
 
 from lifecycle_manager.scheduler.backfill import Release, Reservation, reserve
 from lifecycle_manager.scheduler.capacity import FitCheck
@@ -32,7 +34,7 @@ from lifecycle_manager.scheduler.decisions import (
     WaitCause,
     Waiting,
 )
-from lifecycle_manager.scheduler.estimate import StartEstimator
+from lifecycle_manager.scheduler.estimate import estimated_starts
 from lifecycle_manager.scheduler.explain import (
     behind_reservation_reason,
     held_quota_reason,
@@ -62,14 +64,30 @@ class _Pass:
         self.now = now
         self.ledger = QuotaLedger(cluster.teams, cluster.running)
         self.free = FreeCapacity(cluster.nodes)
+        # per node, what running learners hold there, taken at once; in the order of each
+        # node's last learner with GPUs, as taking them one by one would leave the buckets
+        # (best fit breaks ties by that order)
+        held: dict[int, list[int]] = {}
+        index = self.free.index
         for job in cluster.running:
             gang = job.gang
             for name in job.nodes:
-                if name in self.free.index:
-                    self.free.take(self.free.index[name], gang.gpus, gang.millicpus, gang.memory)
+                i = index.get(name)
+                if i is None:
+                    continue
+                room = held.pop(i, None) if gang.gpus else held.get(i)
+                if room is None:
+                    room = [0, 0, 0]
+                room[0] += gang.gpus
+                room[1] += gang.millicpus
+                room[2] += gang.memory
+                held[i] = room
+        for i, (gpus, millicpus, memory) in held.items():
+            self.free.take(i, gpus, millicpus, memory)
         self.gpu_products = [p for p in self.free.products() if p is not None]
         self.totals = cluster_totals(cluster.nodes)
         self.reservations: dict[str | None, Reservation] = {}
+        self._latest_start = -math.inf  # of the reservations: no job ending later backfills
         self.admitted: list[tuple[Admission, PendingJob]] = []
         self.preemptions: list[Preemption] = []
         self.refusals: list[Refusal] = []
@@ -79,13 +97,19 @@ class _Pass:
         self._gangs: dict[Gang, GangFacts] = {}
         self._shapes: dict[tuple[str, Gang], TeamShape] = {}
         self._team_admissions: dict[str, int] = {}
+        self._all_admissions = 0  # any team's: the teams' usage together only grows with it
+        # changes to what a later job's wait could depend on: admissions, reservations,
+        # preemption tries and plans, quota holds (see TeamShape.room_wait)
+        self._changes = 0
         self._index: RunningIndex | None = None
         self._planned: QuotaLedger | None = None
         # per team and product: the gangs whose preemption failed, _SUCCEEDED for others
         self._room_tried: dict[tuple[str, str | None], list[Gang]] = {}
         self._room_tries = 0
-        self._running_holders: list[_Holder] | None = None
-        self._running_releases: dict[str, list[Release]] | None = None
+        # (job id, what it gives back) of the running jobs, in all and per GPU product of
+        # the nodes it runs on
+        self._running_releases: list[tuple[str, Release]] | None = None
+        self._running_releases_on: dict[str | None, list[tuple[str, Release]]] = {}
         # per GPU resource: the job (id, team) the idle quota is kept for, see _hold_quota
         self._quota_holds: dict[str, tuple[str, str]] = {}
 
@@ -99,9 +123,8 @@ class _Pass:
                 self.refusals.append(Refusal(job.id, "team", f"team {job.team} does not exist"))
                 continue
             shape = shape_of[job.id] = self._shape(job)
-            refusal = shape.refusal(job.id)
-            if refusal is not None:
-                self.refusals.append(refusal)
+            if shape.never is not None:
+                self.refusals.append(Refusal(job.id, *shape.never))
                 continue
             queued.append(job)
         self.shares = {
@@ -136,6 +159,17 @@ class _Pass:
             self.waiting.append((job, facts, quota_wait[1], quota_wait[2], quota_wait[3]))
             return
         account = self.ledger.accounts[job.team]
+        priority = min(job.priority, account.team.max_priority)
+        changes = self._changes
+        room_wait = shape.room_wait
+        if (
+            room_wait is not None
+            and room_wait[0] == changes
+            and room_wait[1] == priority
+            and not self._may_backfill(job, facts)
+        ):
+            self.waiting.append((job, facts, room_wait[2], room_wait[3], room_wait[4]))
+            return
         products = facts.products
         if len(products) > 1:
             products = products_by_headroom(account, products)
@@ -163,20 +197,49 @@ class _Pass:
                 self._admit(job, placement, need, backfilled)
                 return
             no_room.append(product)
-        priority = min(job.priority, account.team.max_priority)
         # act on and explain the product the job came closest on: room, then quota
         if no_room:
             product = no_room[0]
             if self._make_room(job, facts, priority, product, own_team_only=False):
                 return
             self._wait_for_room(job, facts, priority, product)
-            return
-        if not quota_blocked:
+        elif not quota_blocked:
             product, holder, resource = held_for[0]
             kept_for = held_quota_reason(job.gang, resource, holder)
             self.waiting.append((job, facts, WaitCause.NO_IDLE_QUOTA, kept_for, product))
+        else:
+            self._wait_for_quota(job, shape, priority, quota_blocked[0])
             return
-        product, block = quota_blocked[0]
+        if self._changes == changes:
+            # nothing this job did changes what the next one like it finds
+            _, _, cause, reason, product = self.waiting[-1]
+            shape.room_wait = (changes, priority, cause, reason, product)
+
+    def _may_backfill(self, job: PendingJob, facts: GangFacts) -> bool:
+        """Whether `job` might start in room held for a reservation: the one thing about
+        a job beyond its team, gang and priority that a pass decides by."""
+        runtime = job.estimated_runtime_s
+        if runtime is None or self.now + runtime > self._latest_start:
+            return False
+        for product in facts.products:
+            held = self.reservations.get(product)
+            if (
+                held is not None
+                and (product, True) not in facts.no_room
+                and held.ends_in_time(self.now + runtime)
+            ):
+                return True
+        return False
+
+    def _wait_for_quota(
+        self,
+        job: PendingJob,
+        shape: TeamShape,
+        priority: int,
+        blocked: tuple[str | None, QuotaBlock],
+    ) -> None:
+        facts = shape.facts
+        product, block = blocked
         # past its own ceiling, only the team's own lower-priority jobs can make room
         if self._make_room(job, facts, priority, product, own_team_only=not block.no_idle_quota):
             return
@@ -195,9 +258,18 @@ class _Pass:
         held = self.reservations.get(product)
         if held is None:
             held = reserve(
-                job.id, priority, job.gang, product, self.free, self._releases(), self.now
+                job.id,
+                priority,
+                job.gang,
+                product,
+                self.free,
+                self._releases(product, any_node=not job.gang.gpus),
+                self.now,
             )
             self.reservations[product] = held
+            self._changes += 1
+            if held.start is not None:
+                self._latest_start = max(self._latest_start, held.start)
             reason = holds_reservation_reason(job.gang, product, held.start)
             self.waiting.append((job, facts, WaitCause.CAPACITY, reason, product))
             return
@@ -207,16 +279,26 @@ class _Pass:
 
     # -- quota and room --------------------------------------------------------------------
 
+    def _count_admission(self, team: str) -> None:
+        self._team_admissions[team] = self._team_admissions.get(team, 0) + 1
+        self._all_admissions += 1
+        self._changes += 1
+
     def _quota_block(
         self, team: str, shape: TeamShape, product: str | None, need: Need
     ) -> QuotaBlock | None:
-        admissions = self._team_admissions.get(team, 0)
+        """The ledger's answer, kept: a block holds until the team admits (its usage
+        only grows until then, and the teams' together too), a pass until anyone admits."""
         known = shape.blocks.get(product)
-        if known is not None and known[0] == admissions:
-            return known[1]
+        if known is not None:
+            stamp, block = known
+            if stamp == (
+                self._all_admissions if block is None else self._team_admissions.get(team, 0)
+            ):
+                return block
         block = self.ledger.block(team, need)
-        if block is not None:
-            shape.blocks[product] = (admissions, block)
+        stamp = self._all_admissions if block is None else self._team_admissions.get(team, 0)
+        shape.blocks[product] = (stamp, block)
         return block
 
     def _hold_quota(self, job: PendingJob, block: QuotaBlock) -> None:
@@ -237,6 +319,7 @@ class _Pass:
         )
         if block.used + block.need <= ledger.cohort_nominal.get(resource, 0) - kept:
             self._quota_holds[resource] = (job.id, job.team)
+            self._changes += 1
 
     def _held_from(self, team: str, need: Need) -> tuple[str, str] | None:
         """(the job the quota is kept for, the resource) if `need` would borrow quota
@@ -285,7 +368,7 @@ class _Pass:
         self.ledger.add(job.team, need)
         if self._planned is not None:
             self._planned.add(job.team, need)
-        self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
+        self._count_admission(job.team)
         admission = Admission(
             job.id, job.team, placement.nodes, placement.gpu_product, borrowed, backfilled
         )
@@ -317,6 +400,7 @@ class _Pass:
             return False
         tried.append(job.gang)
         self._room_tries += 1
+        self._changes += 1
         plan = plan_room(
             job,
             priority,
@@ -335,7 +419,7 @@ class _Pass:
         need = need_of(job.gang, product)
         self.ledger.add(job.team, need)
         self._planned.add(job.team, need)
-        self._team_admissions[job.team] = self._team_admissions.get(job.team, 0) + 1
+        self._count_admission(job.team)
         for victim in plan.victims:
             self.preemptions.append(
                 Preemption(victim.job.id, victim.job.team, job.id, victim.reason)
@@ -346,56 +430,49 @@ class _Pass:
 
     # -- what running jobs will free -------------------------------------------------------
 
-    def _holders(self) -> list[_Holder]:
-        """Jobs holding room after this pass, with their estimated ends: running jobs
-        not chosen as victims (a stopping one ends now) and the admitted ones."""
-        if self._running_holders is None:
-            self._running_holders = [
-                _Holder(
-                    job.id,
-                    job.gang,
-                    job.gpu_product,
-                    job.nodes,
-                    _end_after(self._end_of(job), self.now),
-                )
-                for job in self.cluster.running
-            ]
-        taken = self._index.taken if self._index is not None else set()
-        holders = [h for h in self._running_holders if h.job_id not in taken]
-        for admission, pending in self.admitted:
-            runtime = pending.estimated_runtime_s
-            end = None if runtime is None else self.now + runtime
-            holders.append(
-                _Holder(
-                    pending.id,
-                    pending.gang,
-                    admission.gpu_product,
-                    admission.nodes,
-                    _end_after(end, self.now),
-                )
-            )
-        return holders
-
-    def _releases(self) -> list[Release]:
-        """What each learner holding room gives back, and when; the running jobs' once."""
-        index = self.free.index
-        if self._running_releases is None:
-            self._running_releases = {}
-            for job in self.cluster.running:
-                self._running_releases[job.id] = _releases_of(
-                    job.gang, job.nodes, _end_after(self._end_of(job), self.now), index
-                )
+    def _pool_releases(self) -> list[tuple[str, float, int]]:
+        """(pool, estimated end, amount) of each job holding room after this pass: the
+        running jobs not chosen as victims (a stopping one ends now) and the admitted."""
+        now = self.now
         taken = self._index.taken if self._index is not None else set()
         releases = [
-            release
-            for job_id, of_job in self._running_releases.items()
-            if job_id not in taken
-            for release in of_job
+            (
+                _pool(job.gang, job.gpu_product),
+                _end_after(self._end_of(job), now),
+                _pool_amount(job.gang),
+            )
+            for job in self.cluster.running
+            if job.id not in taken
         ]
         for admission, pending in self.admitted:
             runtime = pending.estimated_runtime_s
+            end = _end_after(None if runtime is None else now + runtime, now)
+            releases.append(
+                (_pool(pending.gang, admission.gpu_product), end, _pool_amount(pending.gang))
+            )
+        return releases
+
+    def _releases(self, product: str | None, any_node: bool) -> list[Release]:
+        """What each job holding room on the nodes of `product` (or, for a gang without
+        GPUs, on any node) gives back, and when; the running jobs' worked out once."""
+        index, products = self.free.index, self.free.product
+        if self._running_releases is None:
+            self._running_releases = []
+            for job in self.cluster.running:
+                end = _end_after(self._end_of(job), self.now)
+                entry = (job.id, _release_of(job.gang, job.nodes, end, index))
+                self._running_releases.append(entry)
+                for on in {products[i] for i in entry[1].nodes}:
+                    self._running_releases_on.setdefault(on, []).append(entry)
+        taken = self._index.taken if self._index is not None else set()
+        running = self._running_releases if any_node else self._running_releases_on.get(product, [])
+        releases = [release for job_id, release in running if job_id not in taken]
+        for admission, pending in self.admitted:
+            runtime = pending.estimated_runtime_s
             end = _end_after(None if runtime is None else self.now + runtime, self.now)
-            releases += _releases_of(pending.gang, admission.nodes, end, index)
+            release = _release_of(pending.gang, admission.nodes, end, index)
+            if any_node or any(products[i] == product for i in release.nodes):
+                releases.append(release)
         return releases
 
     def _end_of(self, job: RunningJob) -> float | None:
@@ -433,30 +510,30 @@ class _Pass:
                 if product is not None:
                     free_by_pool[gpu_key(product)] += gpus
                 free_by_pool[CPUS] += millicpus
-        releases = [
-            (_pool(h.gang, h.gpu_product), h.end, _pool_amount(h.gang)) for h in self._holders()
-        ]
-        estimator = StartEstimator(free_by_pool, releases, self.now)
+        releases = self._pool_releases()
         heads = {held.job_id: held.start for held in self.reservations.values()}
-        start = estimator.start
         now = self.now
         preempting = WaitCause.PREEMPTING
+        waiting = self.waiting
+        starts = estimated_starts(
+            free_by_pool,
+            releases,
+            now,
+            [
+                (
+                    facts.pools[product],
+                    facts.amount,
+                    job.estimated_runtime_s,
+                    now if cause is preempting else heads.get(job.id),
+                )
+                for job, facts, cause, _, product in waiting
+            ],
+        )
         return tuple(
             [
-                Waiting(
-                    job.id,
-                    position,
-                    cause,
-                    reason,
-                    start(
-                        facts.pools[product],
-                        facts.amount,
-                        job.estimated_runtime_s,
-                        now if cause is preempting else heads.get(job.id),
-                    ),
-                )
-                for position, (job, facts, cause, reason, product) in enumerate(
-                    self.waiting, start=1
+                Waiting(job.id, position, cause, reason, start)
+                for position, ((job, _, cause, reason, _), start) in enumerate(
+                    zip(waiting, starts, strict=True), start=1
                 )
             ]
         )
@@ -485,19 +562,9 @@ def _covers(gang: Gang, failed: Gang) -> bool:
     )
 
 
-class _Holder(NamedTuple):
-    job_id: str
-    gang: Gang
-    gpu_product: str | None
-    nodes: tuple[str, ...]
-    end: float  # math.inf when unknown
-
-
-def _releases_of(
-    gang: Gang, nodes: tuple[str, ...], end: float, index: dict[str, int]
-) -> list[Release]:
+def _release_of(gang: Gang, nodes: tuple[str, ...], end: float, index: dict[str, int]) -> Release:
     room = (gang.gpus, gang.millicpus, gang.memory)
-    return [Release(end, index[name], room) for name in nodes if name in index]
+    return Release(end, tuple([index[name] for name in nodes if name in index]), room)
 
 
 def _end_after(end: float | None, now: float) -> float:
@@ -516,4 +583,21 @@ def _pool_amount(gang: Gang) -> int:
 def schedule(cluster: ClusterSnapshot, now: float) -> SchedulePass:
     """One pass over `cluster` at time `now`: admissions, preemptions, refusals, and every
     other pending job's reason, queue position and estimated start."""
-    return _Pass(cluster, now).run()
+    with _collector_paused():
+        return _Pass(cluster, now).run()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A pass makes hundreds of thousands of short-lived tuples and no reference cycles;
+    the cycle collector, woken by the allocations, would walk every live object (the
+    snapshot included) again and again: a sixth of a pass over 10,000 jobs. Reference
+    counting frees the pass's garbage all the same."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
