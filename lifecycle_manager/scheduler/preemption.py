@@ -15,7 +15,6 @@ kept, so the set is minimal.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
@@ -62,9 +61,27 @@ class RunningIndex:
             entries.sort(key=lambda e: e[:4])
             self._lowest[resource] = min(entries[0][0], self._lowest.get(resource, entries[0][0]))
         self._by_key = by_key
+        self._by_preference: dict[str, list[tuple[int, float, float, float, str, RunningJob]]] = {}
 
     def of(self, resource: str, team: str) -> list[tuple[int, float, float, str, RunningJob]]:
         return self._by_key.get((resource, team), [])
+
+    def by_preference(
+        self, resource: str, shares: Mapping[str, float]
+    ) -> list[tuple[int, float, float, float, str, RunningJob]]:
+        """Every team's jobs on `resource` in victim preference: lowest priority, least
+        work lost, team furthest over its fair share, newest; sorted once (`shares` do not
+        change while a pass runs). Job ids are unique, so entries never compare jobs."""
+        ordered = self._by_preference.get(resource)
+        if ordered is None:
+            ordered = sorted(
+                (prio, lost, -shares.get(team, 0.0), newest, job_id, victim)
+                for (of_resource, team), entries in self._by_key.items()
+                if of_resource == resource
+                for prio, lost, newest, job_id, victim in entries
+            )
+            self._by_preference[resource] = ordered
+        return ordered
 
     def may_help(
         self, job: PendingJob, priority: int, product: str | None, planned: QuotaLedger
@@ -198,24 +215,17 @@ def _candidates(
     for stopping in index.stopping:
         if stopping.id not in taken:
             yield stopping, _STOPPING
-    borrowing_teams = [
+    borrowing = {
         team
         for team in ledger.accounts
         if team != job.team and _borrows(team, resource, ledger, index)
-    ]
-
-    def lendable(team: str) -> Iterator[tuple[int, float, float, float, str, RunningJob]]:
-        share = -shares.get(team, 0.0)
-        for prio, lost, newest, job_id, victim in index.of(resource, team):
-            if not reclaims and prio >= priority:
-                return  # sorted by priority: no lower one follows
-            if job_id not in taken:
-                yield prio, lost, share, newest, job_id, victim
-
+    }
     why = _RECLAIM if reclaims else _OUTRANKED_BORROWER
-    # job ids are unique, so the entries compare before reaching the job itself
-    for entry in heapq.merge(*(lendable(t) for t in borrowing_teams)):
-        yield entry[5], why
+    for prio, _, _, _, job_id, victim in index.by_preference(resource, shares):
+        if not reclaims and prio >= priority:
+            break  # sorted by priority: no lower one follows
+        if victim.team in borrowing and job_id not in taken:
+            yield victim, why
     yield from _own_team(job, priority, resource, index)
 
 
