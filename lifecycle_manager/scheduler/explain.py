@@ -51,6 +51,16 @@ def held_quota_reason(gang: Gang, resource: str, holder: str) -> str:
     )
 
 
+def team_hold_reason(holder: str, block: QuotaBlock) -> str:
+    """e.g. "waiting behind job j3 of the same team, which needs 64 A100 GPUs of the
+    team's 64 and starts once the team's running jobs give them back"."""
+    return (
+        f"waiting behind job {holder} of the same team, which needs {block.need:g} "
+        f"{_what(block.resource)}s of the team's {block.nominal:g} and starts once the "
+        "team's running jobs give them back"
+    )
+
+
 def quota_reason(gang: Gang, block: QuotaBlock) -> str:
     """e.g. "needs 4 GPUs (A100); team vision has 2 of its 8 free, borrowing limit reached"."""
     team = f"team {block.team}"

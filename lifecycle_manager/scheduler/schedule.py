@@ -8,7 +8,10 @@
         v
     not admitted -> room from stopping jobs or victims (preemption)
                  -> else the first capacity-blocked job per product reserves (backfill)
-                 -> else it waits behind the reservation or for its team's quota
+                 -> else it waits behind the reservation or for its team's quota; a
+                    team's first job waiting for its own team's jobs to give back the
+                    team's quota holds it: the team's later jobs wait behind it unless
+                    they end first (backfill within the team's quota)
 
 Everything a pass learns that stays true for the rest of the pass is remembered: room
 only shrinks and usage only grows while a pass runs, so a gang that found no room, a
@@ -41,6 +44,7 @@ from lifecycle_manager.scheduler.explain import (
     holds_reservation_reason,
     preempting_reason,
     quota_reason,
+    team_hold_reason,
 )
 from lifecycle_manager.scheduler.fair_share import cluster_totals, dominant_share, fair_order
 from lifecycle_manager.scheduler.job_shapes import GangFacts, TeamShape
@@ -112,6 +116,10 @@ class _Pass:
         self._running_releases_on: dict[str | None, list[tuple[str, Release]]] = {}
         # per GPU resource: the job (id, team) the idle quota is kept for, see _hold_quota
         self._quota_holds: dict[str, tuple[str, str]] = {}
+        # per team: the priority, reason and estimated moment of the team's first job
+        # waiting for the team's own running jobs to give back its nominal quota, see
+        # _hold_team_quota
+        self._team_holds: dict[str, tuple[int, str, float]] = {}
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -160,6 +168,8 @@ class _Pass:
             return
         account = self.ledger.accounts[job.team]
         priority = min(job.priority, account.team.max_priority)
+        if self._team_holds and self._held_for_teammate(job, facts, priority):
+            return
         changes = self._changes
         room_wait = shape.room_wait
         if (
@@ -245,6 +255,7 @@ class _Pass:
             return
         if block.no_idle_quota:
             self._hold_quota(job, block)
+            self._hold_team_quota(job, priority, block)
         cause = WaitCause.NO_IDLE_QUOTA if block.no_idle_quota else WaitCause.TEAM_QUOTA
         reason = shape.reasons.get(id(block))
         if reason is None:
@@ -320,6 +331,41 @@ class _Pass:
         if block.used + block.need <= ledger.cohort_nominal.get(resource, 0) - kept:
             self._quota_holds[resource] = (job.id, job.team)
             self._changes += 1
+
+    def _hold_team_quota(self, job: PendingJob, priority: int, block: QuotaBlock) -> None:
+        """Keep a team's nominal quota for `job` when the team is below it, the job would
+        fit in it alone, and only the team's own running jobs stand in the way (others
+        borrow the rest): the team's later jobs may then take only room they give back
+        before those running jobs end, or a job as large as its team's quota would wait
+        for as long as the team keeps starting small ones."""
+        account = self.ledger.accounts[job.team]
+        resource = block.resource
+        if (
+            job.team in self._team_holds
+            or block.need > block.nominal
+            or account.used.get(resource, 0) >= account.nominal_of(resource)
+        ):
+            return
+        ends = [
+            _end_after(self._end_of(running), self.now)
+            for running in self.cluster.running
+            if running.team == job.team
+        ]
+        reason = team_hold_reason(job.id, block)
+        self._team_holds[job.team] = (priority, reason, max(ends, default=self.now))
+        self._changes += 1
+
+    def _held_for_teammate(self, job: PendingJob, facts: GangFacts, priority: int) -> bool:
+        """Whether `job` waits for a teammate holding the team's quota (see
+        _hold_team_quota), unless it ends before the teammate could start."""
+        hold = self._team_holds.get(job.team)
+        if hold is None or priority > hold[0]:
+            return False
+        runtime, until = job.estimated_runtime_s, hold[2]
+        if runtime is not None and not math.isinf(until) and self.now + runtime <= until:
+            return False
+        self.waiting.append((job, facts, WaitCause.TEAM_QUOTA, hold[1], facts.products[0]))
+        return True
 
     def _held_from(self, team: str, need: Need) -> tuple[str, str] | None:
         """(the job the quota is kept for, the resource) if `need` would borrow quota

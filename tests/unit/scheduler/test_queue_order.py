@@ -101,14 +101,15 @@ def test_waiting_positions_follow_the_order_jobs_are_expected_to_start() -> None
 
 def test_a_team_below_its_quota_goes_first_even_behind_its_own_large_gang() -> None:
     # d holds 2 of its 8 and waits first for a gang that would borrow; a already holds its
-    # 8 and wants to borrow. d's small job behind its gang still comes before a's
-    # borrowing, so it takes free room instead of reclaiming it from a afterwards
+    # 8 and wants to borrow. d's small job behind its gang (short enough not to delay the
+    # gang, which waits for d-run) still comes before a's borrowing, so it takes free room
+    # instead of reclaiming it from a afterwards
     teams = [team("a", 8, borrow=8), team("d", 8, borrow=8)]
     busy = [running(f"a-run{i}", "a", "a100-0") for i in range(8)]
     busy.append(running("d-run", "d", "a100-1", gpus=2))
     jobs = [pending("d-big", "d", gpus=8, submitted=1)]
     jobs += [pending(f"a{i}", "a", submitted=2 + i) for i in range(6)]
-    jobs.append(pending("d-small", "d", submitted=9))
+    jobs.append(pending("d-small", "d", submitted=9, runtime=1200))
     result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
     assert result.preemptions == ()
     assert [a.job_id for a in result.admissions] == ["d-small", "a0", "a1", "a2", "a3", "a4"]

@@ -134,3 +134,51 @@ def test_idle_quota_is_not_kept_for_a_gang_that_borrowers_could_never_make_room_
     admitted, waiting = quota_kept_for_a_gang(d_holds=5, o_holds=4)
     assert admitted == ["d-more"]
     assert list(waiting) == ["a-gang"]
+
+
+def _team_b_below_its_quota_while_a_borrows_it() -> tuple[list, list]:
+    # b holds 2 of its 8 (b-run, ending at NOW + 3000); a holds its 8 and borrows 5 more,
+    # so one GPU is free and no quota is idle
+    busy = [running(f"a-own{i}", "a", "a100-0") for i in range(8)]
+    busy += [running(f"a-lent{i}", "a", "a100-1") for i in range(5)]
+    busy.append(running("b-run", "b", "a100-1", gpus=2))
+    return [team("a", 8, borrow=8), team("b", 8, borrow=8)], busy
+
+
+def test_a_job_as_large_as_its_team_quota_is_not_starved_by_the_team_s_later_jobs() -> None:
+    teams, busy = _team_b_below_its_quota_while_a_borrows_it()
+    jobs = [
+        pending("b-big", "b", 8, submitted=1),
+        pending("b-long", "b", 1, submitted=2, runtime=7200),  # ends after b-run
+        pending("b-short", "b", 1, submitted=3, runtime=1200),  # ends before b-run
+    ]
+    result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
+    assert [a.job_id for a in result.admissions] == ["b-short"]
+    assert result.preemptions == ()
+    waiting = {w.job_id: w for w in result.waiting}
+    assert waiting["b-long"].cause is WaitCause.TEAM_QUOTA
+    assert waiting["b-long"].reason == (
+        "waiting behind job b-big of the same team, which needs 8 A100 GPUs of the team's 8 "
+        "and starts once the team's running jobs give them back"
+    )
+
+
+def test_once_its_team_s_jobs_are_gone_the_large_job_reclaims_its_quota() -> None:
+    teams, busy = _team_b_below_its_quota_while_a_borrows_it()
+    busy = [job for job in busy if job.team == "a"]  # b-run has ended
+    jobs = [pending("b-big", "b", 8, submitted=1), pending("b-long", "b", 1, submitted=2)]
+    result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
+    assert {p.victim_id for p in result.preemptions} == {f"a-lent{i}" for i in range(5)}
+    assert {p.for_job_id for p in result.preemptions} == {"b-big"}
+    assert result.admissions == ()
+
+
+def test_a_team_at_its_quota_keeps_starting_its_small_jobs_behind_a_large_one() -> None:
+    # a holds its whole nominal quota and borrows: nothing is kept for its large job,
+    # which waits for idle quota like any borrower, and its small jobs start where they fit
+    teams = [team("a", 8, borrow=8), team("b", 8)]
+    busy = [running(f"a-own{i}", "a", "a100-0") for i in range(8)]
+    busy += [running(f"b{i}", "b", "a100-1") for i in range(6)]
+    jobs = [pending("a-big", "a", 8, submitted=1), pending("a-small", "a", 1, submitted=2)]
+    result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
+    assert [a.job_id for a in result.admissions] == ["a-small"]
