@@ -15,7 +15,6 @@ import base64
 import binascii
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,17 +23,18 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Query, Request
 
 from api.errors import Invalid
+from api.query_numbers import QueryDigits
 from storage.job_listing import JobPosition
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_CURSOR_LENGTH = 2048
 _CHECKSUM_BYTES = 8
-_DIGITS = re.compile(r"[0-9]+")
 
 Limit = Annotated[
     int,
     Query(ge=1, le=MAX_LIMIT, description=f"Items per page (1-{MAX_LIMIT})."),
+    QueryDigits,
 ]
 Cursor = Annotated[
     str | None,
@@ -63,12 +63,6 @@ def page_request(
     for name in ("limit", "cursor"):
         if len(request.query_params.getlist(name)) > 1:
             raise Invalid(f"give {name} once: it was given several times", field=name)
-    # The number parser would also take "+1", " 1" or "1_0": the schema says digits.
-    raw = request.query_params.get("limit")
-    if raw is not None and not _DIGITS.fullmatch(raw):
-        raise Invalid(
-            f"limit must be a whole number from 1 to {MAX_LIMIT}, such as 100", field="limit"
-        )
     return PageRequest(limit, cursor)
 
 

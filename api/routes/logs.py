@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import orjson
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
@@ -18,6 +20,7 @@ from api.pagination import (
     metric_cursor,
     metric_position,
 )
+from api.query_numbers import QueryDigits
 from api.schemas import MetricList
 from api.services import logs as logs_service
 from api.services.log_join import POSITION, Position, decode_position
@@ -51,7 +54,9 @@ async def job_logs(
     access: JobAccess,
     state: StateDep,
     follow: bool = Query(False, description="stream new lines as Server-Sent Events"),
-    learner: int | None = Query(None, ge=1, description="only this learner's lines"),
+    learner: Annotated[
+        int | None, Query(ge=1, description="only this learner's lines"), QueryDigits
+    ] = None,
     last_event_id: str | None = Header(
         None,
         alias="Last-Event-ID",
@@ -94,13 +99,19 @@ async def job_metrics(
     job_id: JobId,
     access: JobAccess,
     state: StateDep,
-    learner: int | None = Query(None, ge=1, description="only this learner's points"),
-    last: int | None = Query(
-        None, ge=1, le=1000, description="only the last N points of each learner"
-    ),
-    limit: int | None = Query(
-        None, ge=1, le=MAX_LIMIT, description="points per page; leave out for all points"
-    ),
+    learner: Annotated[
+        int | None, Query(ge=1, description="only this learner's points"), QueryDigits
+    ] = None,
+    last: Annotated[
+        int | None,
+        Query(ge=1, le=1000, description="only the last N points of each learner"),
+        QueryDigits,
+    ] = None,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description="points per page; leave out for all points"),
+        QueryDigits,
+    ] = None,
     cursor: Cursor = None,
 ) -> Response:
     learners = _learners(access.job.learners, learner)

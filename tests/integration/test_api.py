@@ -375,6 +375,14 @@ async def test_metrics_are_the_stored_points_then_the_live_ones_beyond_them(
         assert [(p["learner"], p["step"]) for p in last.json()["metrics"]] == [(1, 3)]
         too_many = await alice.get(f"/v2/jobs/{job_id}/metrics", params={"last": 5000})
         assert too_many.status_code == 422
+        # the schema says digits: the number parser would read these too
+        for name, value in (("last", "+1"), ("learner", " 1"), ("limit", "1_0")):
+            odd = await alice.get(f"/v2/jobs/{job_id}/metrics", params={name: value})
+            assert odd.status_code == 422, (name, value)
+            assert odd.json()["field"] == name
+        odd_log = await alice.get(f"/v2/jobs/{job_id}/logs", params={"learner": "+2"})
+        assert odd_log.status_code == 422
+        assert odd_log.json()["field"] == "learner"
 
 
 async def test_results_are_listed_and_downloaded(api: Harness) -> None:
