@@ -120,6 +120,8 @@ class _Pass:
         # waiting for the team's own running jobs to give back its nominal quota, see
         # _hold_team_quota
         self._team_holds: dict[str, tuple[int, str, float]] = {}
+        # per team, when its last running job is estimated to end
+        self._last_ends: dict[str, float] | None = None
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -346,13 +348,14 @@ class _Pass:
             or account.used.get(resource, 0) >= account.nominal_of(resource)
         ):
             return
-        ends = [
-            _end_after(self._end_of(running), self.now)
-            for running in self.cluster.running
-            if running.team == job.team
-        ]
+        if self._last_ends is None:
+            self._last_ends = {}
+            for running in self.cluster.running:
+                end = _end_after(self._end_of(running), self.now)
+                self._last_ends[running.team] = max(end, self._last_ends.get(running.team, end))
         reason = team_hold_reason(job.id, block)
-        self._team_holds[job.team] = (priority, reason, max(ends, default=self.now))
+        until = self._last_ends.get(job.team, self.now)
+        self._team_holds[job.team] = (priority, reason, until)
         self._changes += 1
 
     def _held_for_teammate(self, job: PendingJob, facts: GangFacts, priority: int) -> bool:
