@@ -119,9 +119,9 @@ class _Pass:
         # per team: the priority, reason and estimated moment of the team's first job
         # waiting for the team's own running jobs to give back its nominal quota, see
         # _hold_team_quota
-        self._team_holds: dict[str, tuple[int, str, float]] = {}
-        # per team, when its last running job is estimated to end
-        self._last_ends: dict[str, float] | None = None
+        # (priority, reason, estimated start, resource)
+        self._team_holds: dict[str, tuple[int, str, float, str]] = {}
+        self._running_of_team: dict[str, list[RunningJob]] | None = None
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -348,26 +348,53 @@ class _Pass:
             or account.used.get(resource, 0) >= account.nominal_of(resource)
         ):
             return
-        if self._last_ends is None:
-            self._last_ends = {}
-            for running in self.cluster.running:
-                end = _end_after(self._end_of(running), self.now)
-                self._last_ends[running.team] = max(end, self._last_ends.get(running.team, end))
-        reason = team_hold_reason(job.id, block)
-        until = self._last_ends.get(job.team, self.now)
-        self._team_holds[job.team] = (priority, reason, until)
+        until = self._team_quota_frees_at(job.team, resource, block.need)
+        self._team_holds[job.team] = (priority, team_hold_reason(job.id, block), until, resource)
         self._changes += 1
+
+    def _team_quota_frees_at(self, team: str, resource: str, need: int) -> float:
+        """When the team's jobs (running, and admitted by this pass) will have given back
+        enough of `resource` for `need` within its nominal quota, by their estimated ends."""
+        if self._running_of_team is None:
+            self._running_of_team = {}
+            for running in self.cluster.running:
+                self._running_of_team.setdefault(running.team, []).append(running)
+        holding = [
+            (
+                _end_after(self._end_of(running), self.now),
+                need_of(running.gang, running.gpu_product),
+            )
+            for running in self._running_of_team.get(team, [])
+        ]
+        for admission, pending in self.admitted:
+            if pending.team == team:
+                runtime = pending.estimated_runtime_s
+                end = _end_after(None if runtime is None else self.now + runtime, self.now)
+                holding.append((end, need_of(pending.gang, admission.gpu_product)))
+        account = self.ledger.accounts[team]
+        used, nominal = account.used.get(resource, 0), account.nominal_of(resource)
+        for end, held in sorted(holding):
+            used -= dict(held).get(resource, 0)
+            if used + need <= nominal:
+                return end
+        return math.inf
 
     def _held_for_teammate(self, job: PendingJob, facts: GangFacts, priority: int) -> bool:
         """Whether `job` waits for a teammate holding the team's quota (see
-        _hold_team_quota), unless it ends before the teammate could start."""
+        _hold_team_quota): unless it needs none of that quota or ends before the teammate
+        could start."""
         hold = self._team_holds.get(job.team)
-        if hold is None or priority > hold[0]:
+        if hold is None:
             return False
-        runtime, until = job.estimated_runtime_s, hold[2]
+        held_priority, reason, until, resource = hold
+        if priority > held_priority:
+            return False
+        if not all(any(key == resource for key, _ in facts.needs[p]) for p in facts.products):
+            return False  # it may run without the quota kept (on another GPU product)
+        runtime = job.estimated_runtime_s
         if runtime is not None and not math.isinf(until) and self.now + runtime <= until:
             return False
-        self.waiting.append((job, facts, WaitCause.TEAM_QUOTA, hold[1], facts.products[0]))
+        self.waiting.append((job, facts, WaitCause.TEAM_QUOTA, reason, facts.products[0]))
         return True
 
     def _held_from(self, team: str, need: Need) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
 """Quotas: nominal, borrowing up to the limit, the cohort's idle quota, reclaim, concurrency."""
 
-from lifecycle_manager.scheduler import WaitCause, schedule
+from lifecycle_manager.scheduler import Quota, Team, WaitCause, schedule
 from tests.unit.scheduler.factories import NOW, gpu_nodes, pending, running, snapshot, team
 
 
@@ -182,3 +182,18 @@ def test_a_team_at_its_quota_keeps_starting_its_small_jobs_behind_a_large_one() 
     jobs = [pending("a-big", "a", 8, submitted=1), pending("a-small", "a", 1, submitted=2)]
     result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
     assert [a.job_id for a in result.admissions] == ["a-small"]
+
+
+def test_the_team_s_jobs_that_need_none_of_the_quota_kept_still_start() -> None:
+    teams, busy = _team_b_below_its_quota_while_a_borrows_it()
+    teams = [
+        Team(t.name, Quota({**t.nominal.gpus, "T4": 4}), t.borrowing_limit, t.weight, 10)
+        for t in teams
+    ]
+    jobs = [
+        pending("b-big", "b", 8, submitted=1),
+        pending("b-t4", "b", 1, submitted=2, runtime=7200, product="T4"),
+    ]
+    nodes = gpu_nodes(2) + gpu_nodes(1, product="T4")
+    result = schedule(snapshot(nodes, teams, busy, jobs), NOW)
+    assert [(a.job_id, a.gpu_product) for a in result.admissions] == [("b-t4", "T4")]
