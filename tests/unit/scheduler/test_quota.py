@@ -197,3 +197,13 @@ def test_the_team_s_jobs_that_need_none_of_the_quota_kept_still_start() -> None:
     nodes = gpu_nodes(2) + gpu_nodes(1, product="T4")
     result = schedule(snapshot(nodes, teams, busy, jobs), NOW)
     assert [(a.job_id, a.gpu_product) for a in result.admissions] == [("b-t4", "T4")]
+
+
+def test_a_large_job_queued_less_than_an_hour_ago_keeps_no_quota_yet() -> None:
+    teams, busy = _team_b_below_its_quota_while_a_borrows_it()
+    jobs = [
+        pending("b-big", "b", 8, submitted=NOW - 600),
+        pending("b-long", "b", 1, submitted=NOW - 300, runtime=7200),
+    ]
+    result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
+    assert [a.job_id for a in result.admissions] == ["b-long"]
