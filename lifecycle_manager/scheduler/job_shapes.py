@@ -29,7 +29,16 @@ _FIELD_OF_RESOURCE = {CPUS: "cpus", MEMORY: "memory"}
 
 
 class GangFacts:
-    __slots__ = ("amount", "gang", "needs", "no_room", "pools", "products", "refusal")
+    __slots__ = (
+        "always_needs",
+        "amount",
+        "gang",
+        "needs",
+        "no_room",
+        "pools",
+        "products",
+        "refusal",
+    )
 
     def __init__(
         self, gang: Gang, gpu_products: Sequence[str | None], refusal: tuple[str, str] | None
@@ -37,6 +46,14 @@ class GangFacts:
         self.gang = gang
         self.products = candidate_products(gang, gpu_products)
         self.needs: dict[str | None, Need] = {p: need_of(gang, p) for p in self.products}
+        # the resources it needs whichever product it runs on
+        self.always_needs = (
+            frozenset.intersection(
+                *(frozenset(key for key, _ in need) for need in self.needs.values())
+            )
+            if self.needs
+            else frozenset()
+        )
         self.refusal = refusal  # (field, reason) when no node could ever hold it
         self.no_room: set[tuple[str | None, bool]] = set()  # (product, in held room too)
         # for estimated starts: the pool of room it waits in per product, and how much

@@ -122,6 +122,7 @@ class _Pass:
         # (priority, reason, estimated start, resource)
         self._team_holds: dict[str, tuple[int, str, float, str]] = {}
         self._running_of_team: dict[str, list[RunningJob]] | None = None
+        self._admitted_of_team: dict[str, list[tuple[Admission, PendingJob]]] = {}
 
     # -- the pass --------------------------------------------------------------------------
 
@@ -370,11 +371,10 @@ class _Pass:
             )
             for running in self._running_of_team.get(team, [])
         ]
-        for admission, pending in self.admitted:
-            if pending.team == team:
-                runtime = pending.estimated_runtime_s
-                end = _end_after(None if runtime is None else self.now + runtime, self.now)
-                holding.append((end, need_of(pending.gang, admission.gpu_product)))
+        for admission, pending in self._admitted_of_team.get(team, ()):
+            runtime = pending.estimated_runtime_s
+            end = _end_after(None if runtime is None else self.now + runtime, self.now)
+            holding.append((end, need_of(pending.gang, admission.gpu_product)))
         account = self.ledger.accounts[team]
         used, nominal = account.used.get(resource, 0), account.nominal_of(resource)
         for end, held in sorted(holding):
@@ -393,7 +393,7 @@ class _Pass:
         held_priority, reason, until, resource = hold
         if priority > held_priority:
             return False
-        if not all(any(key == resource for key, _ in facts.needs[p]) for p in facts.products):
+        if resource not in facts.always_needs:
             return False  # it may run without the quota kept (on another GPU product)
         runtime = job.estimated_runtime_s
         if runtime is not None and not math.isinf(until) and self.now + runtime <= until:
@@ -453,6 +453,7 @@ class _Pass:
             job.id, job.team, placement.nodes, placement.gpu_product, borrowed, backfilled
         )
         self.admitted.append((admission, job))
+        self._admitted_of_team.setdefault(job.team, []).append((admission, job))
 
     def _make_room(
         self,
