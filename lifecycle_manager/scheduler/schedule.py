@@ -142,8 +142,15 @@ class _Pass:
             name: dominant_share(account.used, self.totals) / account.team.weight
             for name, account in self.ledger.accounts.items()
         }
+        admissions, waiting = self._team_admissions, self.waiting
         for job in fair_order(queued, self.ledger, self.totals, list(self.gpu_products)):
-            self._consider(job, shape_of[job.id])
+            shape = shape_of[job.id]
+            quota_wait = shape.quota_wait
+            if quota_wait is not None and quota_wait[0] == admissions.get(job.team, 0):
+                # waits for quota as the last such job did, the team having admitted none since
+                waiting.append((job, shape.facts, quota_wait[1], quota_wait[2], quota_wait[3]))
+                continue
+            self._consider(job, shape)
         return SchedulePass(
             tuple(admission for admission, _ in self.admitted),
             tuple(self.preemptions),
@@ -164,11 +171,6 @@ class _Pass:
 
     def _consider(self, job: PendingJob, shape: TeamShape) -> None:
         facts = shape.facts
-        admissions = self._team_admissions.get(job.team, 0)
-        quota_wait = shape.quota_wait
-        if quota_wait is not None and quota_wait[0] == admissions:
-            self.waiting.append((job, facts, quota_wait[1], quota_wait[2], quota_wait[3]))
-            return
         account = self.ledger.accounts[job.team]
         priority = min(job.priority, account.team.max_priority)
         if self._team_holds and self._held_for_teammate(job, facts, priority):
