@@ -29,8 +29,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two test processes (pytest-xdist): most of the end-to-end, chaos and browser tests' time is
+# spent waiting on real jobs, which the other process fills with tests of its own. Each
+# module's tests stay in one process, in order (tests/conftest.py makes the groups;
+# --no-loadscope-reorder keeps the long platform modules, collected first, starting first).
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.latency
