@@ -22,11 +22,10 @@ Per-test fixtures:
 Helpers in `tests.services`: `free_port()`, `free_ports(n)`, `start_seaweedfs(dir)`,
 `start_redis(dir)`, `start_postgres()`, `unique_name(prefix)`.
 
-`make test` runs the tests in two processes (pytest-xdist, `--dist loadgroup`): each has the
+`make test` runs the tests in two processes (pytest-xdist, `--dist loadfile`): each has the
 session fixtures above of its own (its own S3 server, Redis database and PostgreSQL database),
 and each embedded platform listens on free ports of its own (tests/platform.py). The tests of
-one module run in one process, one after another, so a module-scoped fixture starts once; the
-browser tests, which share a platform and a browser for their package, all run in one.
+one module run in one process, one after another, so a module-scoped fixture starts once.
 """
 
 from __future__ import annotations
@@ -42,17 +41,6 @@ from tests import services
 from tests.services import PostgresServer
 
 MACHINE_REDIS = "redis://127.0.0.1:6379"
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each test in its module's xdist group (the browser package's tests in one), unless
-    it names a group of its own; without xdist the groups change nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.nodeid.split("::", 1)[0]
-            group = "tests/browser" if module.startswith("tests/browser/") else module
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
