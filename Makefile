@@ -29,8 +29,15 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two test processes (pytest-xdist): most of the end-to-end, chaos and browser tests' time is
+# spent waiting on real jobs, which the other process fills with tests of its own. Each
+# module's tests stay in one process, in order; --no-loadscope-reorder hands modules out in
+# collection order, so the long platform modules (browser, chaos, e2e) start first and each
+# process meets a package's platform once.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.latency

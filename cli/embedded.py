@@ -39,6 +39,7 @@ from storage import streams
 
 API_PORT = 8470
 AGENT_PORT = 8471
+REDIS_PORT = 6479
 AGENT_TOKEN_FILE = "agent-token"
 REDIS_CONFIG = "redis.conf"
 
@@ -304,8 +305,18 @@ def _wait_ready(platform: Platform, name: str) -> None:
         _wait_until("the API", lambda: _http_ok(api), 60, log)
 
 
-def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None]) -> Platform:
-    """Start every service of the embedded platform and wait until it answers."""
+def start(
+    home: Path,
+    *,
+    api_port: int = API_PORT,
+    agent_port: int = AGENT_PORT,
+    redis_port: int = REDIS_PORT,
+    on_step: Callable[[str], None],
+) -> Platform:
+    """Start every service of the embedded platform and wait until it answers. Each port is
+    the one asked for if it is free, else any free one; platforms started at once on one
+    machine (say, test runs side by side) each ask for ports of their own, as two that both
+    found the same preferred port free would then both take it."""
     _own_home(home, on_step)
     existing = Platform.load(home)
     if existing is not None and existing.alive():
@@ -320,8 +331,9 @@ def start(home: Path, *, api_port: int = API_PORT, on_step: Callable[[str], None
     platform = Platform(
         home=str(home),
         url=f"http://127.0.0.1:{_pick_port(api_port)}",
-        agent_url=f"http://127.0.0.1:{_pick_port(AGENT_PORT)}",
-        redis_url=external_redis or f"redis://:{redis_password}@127.0.0.1:{_pick_port(6479)}/0",
+        agent_url=f"http://127.0.0.1:{_pick_port(agent_port)}",
+        redis_url=external_redis
+        or f"redis://:{redis_password}@127.0.0.1:{_pick_port(redis_port)}/0",
     )
     write_private(platform.agent_token_path, secrets.token_urlsafe(32) + "\n")
 

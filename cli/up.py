@@ -19,14 +19,32 @@ DetachOption = Annotated[
     bool, typer.Option("--detach", "-d", help="Start in the background and return.")
 ]
 PortOption = Annotated[int, typer.Option("--port", help="API port (a free one if taken).")]
+AgentPortOption = Annotated[
+    int, typer.Option("--agent-port", help="Node agent port (a free one if taken).")
+]
+RedisPortOption = Annotated[
+    int, typer.Option("--redis-port", help="Redis port (a free one if taken).")
+]
 
 
 @dlaas_command
-def up(inv: Invocation, detach: DetachOption = False, port: PortOption = embedded.API_PORT) -> None:
+def up(
+    inv: Invocation,
+    detach: DetachOption = False,
+    port: PortOption = embedded.API_PORT,
+    agent_port: AgentPortOption = embedded.AGENT_PORT,
+    redis_port: RedisPortOption = embedded.REDIS_PORT,
+) -> None:
     """Start the embedded platform: Redis, API, lifecycle manager and node agent."""
     home = dlaas_home()
     try:
-        platform = embedded.start(home, api_port=port, on_step=lambda s: note(s))
+        platform = embedded.start(
+            home,
+            api_port=port,
+            agent_port=agent_port,
+            redis_port=redis_port,
+            on_step=lambda s: note(s),
+        )
     except embedded.PlatformError as error:
         raise CliError(str(error)) from None
     summary = {

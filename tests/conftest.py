@@ -21,6 +21,11 @@ Per-test fixtures:
 
 Helpers in `tests.services`: `free_port()`, `free_ports(n)`, `start_seaweedfs(dir)`,
 `start_redis(dir)`, `start_postgres()`, `unique_name(prefix)`.
+
+`make test` runs the tests in two processes (pytest-xdist, `--dist loadfile`): each has the
+session fixtures above of its own (its own S3 server, Redis database and PostgreSQL database),
+and each embedded platform listens on free ports of its own (tests/platform.py). The tests of
+one module run in one process, one after another, so a module-scoped fixture starts once.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import httpx
 
 from cli import embedded
 from cli.client import DlaasClient, DlaasConnectionError
-from tests.services import free_port
+from tests.services import free_ports
 
 DLAAS = str(Path(sys.executable).with_name("dlaas"))
 
@@ -46,10 +46,13 @@ class User:
 class Platform:
     home: Path
     env: dict[str, str]
+    # `dlaas up`'s port options: free ports of this platform's own, never the defaults, which
+    # another platform of the run (another xdist worker's) may hold or be about to take
+    ports: tuple[str, ...] = ()
 
     @classmethod
     def up(cls, home: Path, settings: Mapping[str, str] | None = None) -> Platform:
-        """`dlaas up --detach` with its state in `home`, on a free port, and none of this
+        """`dlaas up --detach` with its state in `home`, on free ports, and none of this
         process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
         burst test polls a hundred jobs from one token five times a second, far past what a
         token may (the limits have tests of their own, tests/integration/test_api_limits.py)."""
@@ -58,9 +61,15 @@ class Platform:
         env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         env.update(settings or {})
-        running = cls(home=home, env=env)
-        running.dlaas("up", "--detach", "--port", str(free_port()), timeout=120)
+        api, agent, redis = free_ports(3)
+        ports = ("--port", str(api), "--agent-port", str(agent), "--redis-port", str(redis))
+        running = cls(home=home, env=env, ports=ports)
+        running.up_again()
         return running
+
+    def up_again(self) -> None:
+        """`dlaas up --detach` on the ports it had (after `down`, or to start what stopped)."""
+        self.dlaas("up", "--detach", *self.ports, timeout=120)
 
     def down(self) -> None:
         self.dlaas("down", check=False, timeout=60)

@@ -1,4 +1,5 @@
-"""Chaos tests: faults injected into a real embedded platform (`dlaas up`), one per session.
+"""Chaos tests: faults injected into a real embedded platform (`dlaas up`), one for this
+package's tests.
 
 The platform fixture is the end-to-end tests' own; these tests kill, freeze and restart its
 processes, so they get a platform of their own rather than sharing one with other tests.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -19,9 +18,8 @@ def test_a_job_running_when_the_platform_went_down_resumes_when_it_is_up(
     steps = 200
     job = submit_stepper(platform, tmp_path, name="down-up", steps=steps, max_restarts=0)
     platform.wait_for(job, "a checkpoint", lambda s: bool(events(s, "checkpoint")), 60)
-    port = urlsplit(platform.record().url).port
     platform.dlaas("down", timeout=90)
-    platform.dlaas("up", "--detach", "--port", str(port), timeout=120)
+    platform.up_again()
 
     done = assert_completed_exactly(platform, job, steps, tmp_path)
     [resumed] = events(done, "resumed")

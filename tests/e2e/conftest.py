@@ -1,4 +1,5 @@
-"""End-to-end tests: one embedded platform (`dlaas up`) per session, shared by the tests.
+"""End-to-end tests: one embedded platform (`dlaas up`) for this package's tests, shared by
+them, and stopped once they are done rather than left idling until the run ends.
 
 `Platform` (tests/platform.py) is the class the chaos and browser tests use as well.
 """
@@ -14,7 +15,7 @@ from tests.platform import Platform, Shown
 __all__ = ["Platform", "Shown", "platform"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     running = Platform.up(tmp_path_factory.mktemp("dlaas-home"))
     try:

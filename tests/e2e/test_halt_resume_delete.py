@@ -40,6 +40,9 @@ def test_halt_then_resume_restarts_from_the_checkpoint_and_completes(
     assert "halt_requested" in _kinds(halted)
     resumed_from = platform.dlaas("resume", job_id_text)
     assert resumed_from.returncode == 0
+    # The job stays HALTED until a worker takes the resume up, and `dlaas wait` takes HALTED
+    # for an end: wait for the resume to be under way first.
+    platform.wait_for(job_id_text, "the resume", lambda s: s["job"]["state"] != "HALTED", 90)
     waited = platform.dlaas("wait", job_id_text, "--timeout", "240", timeout=300)
     assert waited.returncode == 0, waited.stdout + waited.stderr
 
