@@ -116,10 +116,8 @@ class _Pass:
         self._running_releases_on: dict[str | None, list[tuple[str, Release]]] = {}
         # per GPU resource: the job (id, team) the idle quota is kept for, see _hold_quota
         self._quota_holds: dict[str, tuple[str, str]] = {}
-        # per team: the priority, reason and estimated moment of the team's first job
-        # waiting for the team's own running jobs to give back its nominal quota, see
-        # _hold_team_quota
-        # (priority, reason, estimated start, resource)
+        # per team: (priority, reason, estimated start, resource) of its first job waiting
+        # for the team's own jobs to give back its nominal quota, see _hold_team_quota
         self._team_holds: dict[str, tuple[int, str, float, str]] = {}
         self._running_of_team: dict[str, list[RunningJob]] | None = None
         self._admitted_of_team: dict[str, list[tuple[Admission, PendingJob]]] = {}
@@ -367,16 +365,13 @@ class _Pass:
             for running in self.cluster.running:
                 self._running_of_team.setdefault(running.team, []).append(running)
         holding = [
-            (
-                _end_after(self._end_of(running), self.now),
-                need_of(running.gang, running.gpu_product),
-            )
+            (self._running_end(running), need_of(running.gang, running.gpu_product))
             for running in self._running_of_team.get(team, [])
         ]
         for admission, pending in self._admitted_of_team.get(team, ()):
-            runtime = pending.estimated_runtime_s
-            end = _end_after(None if runtime is None else self.now + runtime, self.now)
-            holding.append((end, need_of(pending.gang, admission.gpu_product)))
+            holding.append(
+                (self._admitted_end(pending), need_of(pending.gang, admission.gpu_product))
+            )
         account = self.ledger.accounts[team]
         used, nominal = account.used.get(resource, 0), account.nominal_of(resource)
         for end, held in sorted(holding):
@@ -516,20 +511,14 @@ class _Pass:
     def _pool_releases(self) -> list[tuple[str, float, int]]:
         """(pool, estimated end, amount) of each job holding room after this pass: the
         running jobs not chosen as victims (a stopping one ends now) and the admitted."""
-        now = self.now
         taken = self._index.taken if self._index is not None else set()
         releases = [
-            (
-                _pool(job.gang, job.gpu_product),
-                _end_after(self._end_of(job), now),
-                _pool_amount(job.gang),
-            )
+            (_pool(job.gang, job.gpu_product), self._running_end(job), _pool_amount(job.gang))
             for job in self.cluster.running
             if job.id not in taken
         ]
         for admission, pending in self.admitted:
-            runtime = pending.estimated_runtime_s
-            end = _end_after(None if runtime is None else now + runtime, now)
+            end = self._admitted_end(pending)
             releases.append(
                 (_pool(pending.gang, admission.gpu_product), end, _pool_amount(pending.gang))
             )
@@ -542,7 +531,7 @@ class _Pass:
         if self._running_releases is None:
             self._running_releases = []
             for job in self.cluster.running:
-                end = _end_after(self._end_of(job), self.now)
+                end = self._running_end(job)
                 entry = (job.id, _release_of(job.gang, job.nodes, end, index))
                 self._running_releases.append(entry)
                 for on in {products[i] for i in entry[1].nodes}:
@@ -551,15 +540,20 @@ class _Pass:
         running = self._running_releases if any_node else self._running_releases_on.get(product, [])
         releases = [release for job_id, release in running if job_id not in taken]
         for admission, pending in self.admitted:
-            runtime = pending.estimated_runtime_s
-            end = _end_after(None if runtime is None else self.now + runtime, self.now)
+            end = self._admitted_end(pending)
             release = _release_of(pending.gang, admission.nodes, end, index)
             if any_node or any(products[i] == product for i in release.nodes):
                 releases.append(release)
         return releases
 
-    def _end_of(self, job: RunningJob) -> float | None:
-        return self.now if job.stopping else job.estimated_end()
+    def _running_end(self, job: RunningJob) -> float:
+        """When a running job's room is free, for planning: now for one already stopping."""
+        return _end_after(self.now if job.stopping else job.estimated_end(), self.now)
+
+    def _admitted_end(self, job: PendingJob) -> float:
+        """When a job this pass admits is estimated to give its room back."""
+        runtime = job.estimated_runtime_s
+        return _end_after(None if runtime is None else self.now + runtime, self.now)
 
     # -- estimates -------------------------------------------------------------------------
 
