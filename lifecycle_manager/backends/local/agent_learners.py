@@ -401,7 +401,7 @@ class LearnerTable:
         try:
             niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS, 19)
             os.setpriority(os.PRIO_PROCESS, pid, niceness)
-            _nice_session(pid, niceness)
+            nice_session(pid, niceness)
             _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             cap = (
                 OPEN_FILES_LIMIT if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_LIMIT)
@@ -582,7 +582,7 @@ class LearnerTable:
         self._changed.notify_all()
 
 
-def _nice_session(pid: int, niceness: int) -> None:
+def nice_session(pid: int, niceness: int) -> None:
     """Lower the learner's session as a whole. Where the kernel groups processes by session
     for scheduling (`sched_autogroup_enabled`), a process's niceness only counts within its
     session, and a learner (a session of its own) competes with every other session as one
