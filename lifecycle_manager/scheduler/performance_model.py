@@ -1,0 +1,81 @@
+"""How long a data-parallel training step takes, from what the job computes and exchanges.
+
+A step of `learners` learners over a global batch splits into each learner's compute on its
+share of the batch and the exchange of gradients (Yan et al., KDD 2015, in its simplest
+form that still shows where scaling stops):
+
+    compute  = step_overhead_s + sample_s * global_batch / learners
+    exchange = ring all-reduce: 2 (n-1)/n * model_bytes / bandwidth + 2 (n-1) * latency
+               parameter server: every learner sends and receives model_bytes through the
+               server's link: 2 n * model_bytes / server_bandwidth + 2 * latency
+
+One learner exchanges nothing. Throughput is the global batch over the step time; scaling
+efficiency is the throughput over n times one learner's at the same per-learner batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Exchange(StrEnum):
+    ALL_REDUCE = "allreduce"
+    PARAMETER_SERVER = "parameter_server"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCosts:
+    """What one step asks of a learner: seconds of compute per sample and per step (the
+    optimizer's update, launches), and the bytes of gradients it exchanges."""
+
+    sample_s: float
+    step_overhead_s: float
+    model_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """A learner's link (bytes a second, seconds a message), and the parameter server's."""
+
+    bandwidth_bytes_s: float
+    latency_s: float
+    server_bandwidth_bytes_s: float | None = None  # None: as a learner's
+
+
+def compute_s(costs: ModelCosts, learners: int, global_batch: int) -> float:
+    return costs.step_overhead_s + costs.sample_s * global_batch / learners
+
+
+def exchange_s(costs: ModelCosts, network: Network, learners: int, exchange: Exchange) -> float:
+    if learners <= 1:
+        return 0.0
+    if exchange is Exchange.ALL_REDUCE:
+        hops = 2 * (learners - 1)
+        return hops / learners * costs.model_bytes / network.bandwidth_bytes_s + (
+            hops * network.latency_s
+        )
+    server = network.server_bandwidth_bytes_s or network.bandwidth_bytes_s
+    return 2 * learners * costs.model_bytes / server + 2 * network.latency_s
+
+
+def step_s(
+    costs: ModelCosts, network: Network, learners: int, global_batch: int, exchange: Exchange
+) -> float:
+    """Predicted seconds of one step."""
+    return compute_s(costs, learners, global_batch) + exchange_s(costs, network, learners, exchange)
+
+
+def throughput(
+    costs: ModelCosts, network: Network, learners: int, global_batch: int, exchange: Exchange
+) -> float:
+    """Predicted samples a second."""
+    return global_batch / step_s(costs, network, learners, global_batch, exchange)
+
+
+def scaling_efficiency(
+    costs: ModelCosts, network: Network, learners: int, global_batch: int, exchange: Exchange
+) -> float:
+    """Throughput over `learners` times that of one learner with the same per-learner batch."""
+    one = throughput(costs, network, 1, max(global_batch // learners, 1), exchange)
+    return throughput(costs, network, learners, global_batch, exchange) / (learners * one)
