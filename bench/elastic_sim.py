@@ -1,0 +1,341 @@
+"""Elastic jobs on a simulated 64-GPU cluster: the optimizer against three baselines.
+
+A trace built like Saxena et al.'s (arXiv 2006.13878): Poisson arrivals over `--days`, each
+job asking for 1, 2, 4 or 8 GPUs (half of them 1) and a per-GPU batch of 32, 64 or 128,
+which may run with any global batch from half to four times what it asked for (at most
+twice its per-GPU batch on a GPU: memory) and 1 to 16 learners. Its step time comes from
+`lifecycle_manager.scheduler.performance_model` with costs drawn at random (compute per
+sample and per step, 20-400 MiB of gradients over 10 Gb/s links with all-reduce), so
+throughput grows sub-linearly with learners, and more so with a larger batch; its work is
+the samples it must process (the same at any batch in its range), so that at its request it
+would run a log-normal time (median an hour). Loads: the GPU-time the jobs would take at
+their requests, 0.5 (light), 0.8 (medium) and 1.2 (heavy) times the cluster's.
+
+Policies, all on the same trace:
+- `dlaas`: `lifecycle_manager.scheduler.autoscale` over every running job and the waiting
+  ones in arrival order, each with its choices of learners and the largest batch each may
+  run: the optimizer decides who starts, grows and shrinks; growth only when it repays the
+  restart (`--resize-cost`, 30 s of no progress per resize);
+- `paper_baseline`: the same, but each job keeps the global batch it asked for (the paper's
+  baseline: it scales GPUs, not the batch);
+- `fifo`: no elasticity; jobs start in arrival order at their request, none passing another;
+- `tiresias`: no elasticity; least attained service first (two queues, the first for jobs
+  that have had under an hour of GPU time, arrival order within each), preempting running
+  jobs, skipping jobs that do not fit; a preempted job pays the restart when it resumes.
+
+Figures per load and policy: `completed_in_horizon` (jobs ended by the last arrival),
+`mean_jct_s` (every job, arrival to end, the cluster drained after the last arrival),
+`median_jct_s`, `utilization` (GPU-seconds held / 64 x the horizon), `resizes`. The FINAL
+line's headline keys are the heavy load's: `jobs_completed_ratio_vs_paper` (ours over the
+paper's baseline; target 2 or more), `mean_jct_ratio_vs_paper` (target 0.2 or less) and
+`mean_jct_ratio_vs_tiresias` (target 0.7 or less).
+
+Run from the repository root: `python -m bench.elastic_sim` (a few minutes). The last line
+is the FINAL line, one JSON object `{"bench": "elastic_sim", ...}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench._latency_stats import rounded
+from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
+from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
+from lifecycle_manager.scheduler.performance_model import Exchange, ModelCosts, Network, throughput
+
+GPUS = 64
+MAX_LEARNERS = 16
+LOADS = {"light": 0.5, "medium": 0.8, "heavy": 1.2}
+ASKED_GPUS = (1, 1, 1, 1, 1, 2, 2, 4, 4, 8)
+PASS_EVERY_S = 300.0
+TIRESIAS_THRESHOLD_GPU_S = 3600.0
+NETWORK = Network(bandwidth_bytes_s=1.25e9, latency_s=5e-5)
+TARGETS = {
+    "jobs_completed_ratio_vs_paper": 2.0,
+    "mean_jct_ratio_vs_paper": 0.2,
+    "mean_jct_ratio_vs_tiresias": 0.7,
+}
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    id: str
+    arrival: float
+    asked: Choice  # what the user asked for: learners, batch, its throughput
+    samples: float
+    elastic: tuple[Choice, ...]  # any batch in range: the largest each learner count may run
+    fixed_batch: tuple[Choice, ...]  # the asked batch over other learner counts
+
+
+def make_trace(seed: int, load: float, days: float) -> list[TraceJob]:
+    rng = random.Random(seed)
+    jobs = []
+    drawn = [_draw_job(rng, i) for i in range(2000)]
+    mean_gpu_s = statistics.fmean(j.asked.learners * j.samples / j.asked.throughput for j in drawn)
+    rate = load * GPUS / mean_gpu_s
+    now, horizon = 0.0, days * 86_400
+    index = 0
+    while True:
+        now += rng.expovariate(rate)
+        if now > horizon:
+            return jobs
+        template = drawn[index % len(drawn)]
+        index += 1
+        jobs.append(
+            TraceJob(
+                f"j{index}",
+                now,
+                template.asked,
+                template.samples,
+                template.elastic,
+                template.fixed_batch,
+            )
+        )
+
+
+def _draw_job(rng: random.Random, index: int) -> TraceJob:
+    costs = ModelCosts(
+        sample_s=rng.uniform(1e-3, 5e-3),
+        step_overhead_s=rng.uniform(0.01, 0.05),
+        model_bytes=rng.choice([20, 100, 400]) << 20,
+    )
+    learners = rng.choice(ASKED_GPUS)
+    per_gpu = rng.choice([32, 64, 128])
+    batch = learners * per_gpu
+    smallest, largest, most_per_gpu = batch // 2, batch * 4, per_gpu * 2
+
+    def choice(n: int, global_batch: int) -> Choice:
+        return Choice(
+            n, global_batch, throughput(costs, NETWORK, n, global_batch, Exchange.ALL_REDUCE)
+        )
+
+    asked = choice(learners, batch)
+    elastic = tuple(
+        choice(n, min(largest, n * most_per_gpu))
+        for n in range(1, MAX_LEARNERS + 1)
+        if min(largest, n * most_per_gpu) >= max(smallest, n)
+    )
+    fixed = tuple(
+        choice(n, batch) for n in range(1, MAX_LEARNERS + 1) if n <= batch <= n * most_per_gpu
+    )
+    duration = rng.lognormvariate(math.log(3600.0), 1.0)
+    return TraceJob(f"t{index}", 0.0, asked, duration * asked.throughput, elastic, fixed)
+
+
+@dataclass
+class SimJob:
+    trace: TraceJob
+    choices: tuple[Choice, ...]
+    done: float = 0.0
+    current: Choice | None = None
+    paused_until: float = 0.0  # restarting after a resize or a preemption: no progress
+    attained_gpu_s: float = 0.0
+    ended: float | None = None
+    preempted: bool = False
+
+    def rate(self) -> float:
+        return self.current.throughput if self.current else 0.0
+
+    def ends_at(self, now: float) -> float:
+        start = max(now, self.paused_until)
+        return start + (self.trace.samples - self.done) / self.rate()
+
+
+@dataclass
+class Simulation:
+    trace: list[TraceJob]
+    policy_name: str
+    resize_cost_s: float
+    jobs: list[SimJob] = field(default_factory=list)
+    resizes: int = 0
+    busy_gpu_s: float = 0.0
+    horizon: float = 0.0
+    completed_in_horizon: int = 0
+
+    def __post_init__(self) -> None:
+        fixed = self.policy_name == "paper_baseline"
+        for t in self.trace:
+            choices = (
+                t.fixed_batch if fixed else t.elastic if self.policy_name == "dlaas" else (t.asked,)
+            )
+            self.jobs.append(SimJob(t, choices))
+        self.horizon = self.trace[-1].arrival if self.trace else 0.0
+
+    def run(self) -> None:
+        policy = POLICIES[self.policy_name]
+        arrivals = iter(self.jobs)
+        upcoming = next(arrivals, None)
+        active: list[SimJob] = []
+        now, next_pass = 0.0, 0.0
+        while upcoming is not None or active:
+            running = [j for j in active if j.current is not None]
+            times = [j.ends_at(now) for j in running]
+            end = min(times) if times else math.inf
+            arrive = upcoming.trace.arrival if upcoming is not None else math.inf
+            tick = next_pass if active else math.inf  # re-weighs growth now and then
+            at = min(end, arrive, tick)
+            self._advance(running, now, at)
+            now = at
+            if at == end:
+                for job in running:
+                    if job.trace.samples - job.done <= 1e-6 * job.trace.samples:
+                        job.ended, job.current = now, None
+                        if now <= self.horizon:
+                            self.completed_in_horizon += 1
+                active = [j for j in active if j.ended is None]
+            elif at == arrive:
+                assert upcoming is not None
+                active.append(upcoming)
+                upcoming = next(arrivals, None)
+            policy(self, now, active)
+            next_pass = now + PASS_EVERY_S
+
+    def _advance(self, running: list[SimJob], now: float, until: float) -> None:
+        for job in running:
+            assert job.current is not None
+            gpus = job.current.learners
+            self.busy_gpu_s += gpus * (min(until, self.horizon) - min(now, self.horizon))
+            job.attained_gpu_s += gpus * (until - now)
+            working = until - max(now, job.paused_until)
+            if working > 0:
+                job.done = min(job.trace.samples, job.done + working * job.rate())
+
+    def start(self, job: SimJob, choice: Choice, now: float) -> None:
+        if job.preempted:  # resuming from its checkpoint
+            job.paused_until = now + self.resize_cost_s
+            job.preempted = False
+        job.current = choice
+
+    def resize(self, job: SimJob, choice: Choice, now: float) -> None:
+        job.current = choice
+        job.paused_until = now + self.resize_cost_s
+        self.resizes += 1
+
+    def figures(self) -> dict[str, object]:
+        jct = [j.ended - j.trace.arrival for j in self.jobs if j.ended is not None]
+        return {
+            "jobs": len(self.jobs),
+            "completed_in_horizon": self.completed_in_horizon,
+            "mean_jct_s": rounded(statistics.fmean(jct), 1),
+            "median_jct_s": rounded(statistics.median(jct), 1),
+            "utilization": rounded(self.busy_gpu_s / (GPUS * self.horizon), 3),
+            "resizes": self.resizes,
+        }
+
+
+def elastic_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
+    """The autoscaler over the running jobs and, in arrival order, as many waiting ones as
+    could start at their smallest size."""
+    running = [j for j in active if j.current is not None]
+    free = GPUS - sum(min(c.learners for c in j.choices) for j in running)
+    waiting = []
+    for job in active:
+        if job.current is None and free > 0:
+            waiting.append(job)
+            free -= min(c.learners for c in job.choices)
+    by_id = {j.trace.id: j for j in running + waiting}
+    sizings = [
+        Sizing(
+            ElasticJob(j.trace.id, 1, j.choices, running=j.current is not None),
+            j.current,
+            j.trace.samples - j.done,
+        )
+        for j in running + waiting
+    ]
+    for resize in autoscale(sizings, GPUS, sim.resize_cost_s):
+        job = by_id[resize.job_id]
+        if resize.old is None:
+            sim.start(job, resize.new, now)
+        else:
+            sim.resize(job, resize.new, now)
+
+
+def fifo_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
+    free = GPUS - sum(j.current.learners for j in active if j.current is not None)
+    for job in active:
+        if job.current is not None:
+            continue
+        if job.trace.asked.learners > free:
+            return  # strict arrival order: nobody passes a job that waits
+        sim.start(job, job.trace.asked, now)
+        free -= job.trace.asked.learners
+
+
+def tiresias_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
+    """Discretised least attained service: jobs under the threshold first, arrival order
+    within a queue; the ones that fit run, the others (running ones too) wait."""
+    order = sorted(
+        active, key=lambda j: (j.attained_gpu_s >= TIRESIAS_THRESHOLD_GPU_S, j.trace.arrival)
+    )
+    free, chosen = GPUS, []
+    for job in order:
+        if job.trace.asked.learners <= free:
+            chosen.append(job)
+            free -= job.trace.asked.learners
+    keep = {id(j) for j in chosen}
+    for job in active:
+        if job.current is not None and id(job) not in keep:
+            job.current, job.preempted = None, True
+    for job in chosen:
+        if job.current is None:
+            sim.start(job, job.trace.asked, now)
+
+
+POLICIES: dict[str, Callable[[Simulation, float, list[SimJob]], None]] = {
+    "dlaas": elastic_policy,
+    "paper_baseline": elastic_policy,
+    "fifo": fifo_policy,
+    "tiresias": tiresias_policy,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--days", type=float, default=2.0)
+    parser.add_argument("--resize-cost", type=float, default=30.0)
+    args = parser.parse_args()
+    results: dict[str, dict[str, dict[str, object]]] = {}
+    for load_name, load in LOADS.items():
+        trace = make_trace(args.seed, load, args.days)
+        for policy in POLICIES:
+            started = time.perf_counter()
+            sim = Simulation(trace, policy, args.resize_cost)
+            sim.run()
+            figures = results.setdefault(load_name, {})[policy] = sim.figures()
+            print(
+                f"[elastic_sim] {load_name} {policy}: {figures['completed_in_horizon']} of "
+                f"{figures['jobs']} done in the horizon, mean JCT {figures['mean_jct_s']} s, "
+                f"utilization {figures['utilization']}, resizes {figures['resizes']}, "
+                f"{time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+    heavy = results["heavy"]
+
+    def ratio(key: str, ours: str, theirs: str) -> float:
+        return rounded(float(heavy[ours][key]) / float(heavy[theirs][key]), 3)  # type: ignore[arg-type]
+
+    final: dict[str, object] = {
+        "bench": "elastic_sim",
+        "seed": args.seed,
+        "days": args.days,
+        "resize_cost_s": args.resize_cost,
+        "jobs_completed_ratio_vs_paper": ratio("completed_in_horizon", "dlaas", "paper_baseline"),
+        "mean_jct_ratio_vs_paper": ratio("mean_jct_s", "dlaas", "paper_baseline"),
+        "mean_jct_ratio_vs_tiresias": ratio("mean_jct_s", "dlaas", "tiresias"),
+        "mean_jct_ratio_vs_fifo": ratio("mean_jct_s", "dlaas", "fifo"),
+        **{f"target_{key}": value for key, value in TARGETS.items()},
+        **results,
+    }
+    print(json.dumps(final), flush=True)
+
+
+if __name__ == "__main__":
+    main()
