@@ -168,8 +168,16 @@ async def resume_job(state: ApiState, session: AsyncSession, user: Principal, jo
         )
     await repo.update_job(session, job_id, desired=Desired.RUN.value)
     await repo.add_event(session, job_id, "resume_requested", f"resume requested by {user.name}")
+    if job.state == JobState.HALTED:
+        # Queued at once, not when a worker takes the request: `dlaas wait` right after a
+        # resume would otherwise find the job still HALTED, a final state, and return; and a
+        # request the workers never hear of (Redis down) is still taken by the scheduler.
+        await repo.transition(
+            session, job_id, JobState.QUEUED, "resumed by user", only_from=[JobState.HALTED]
+        )
     await session.commit()
     state.nudger.resume(job_id)
+    await session.refresh(job)
     return job
 
 

@@ -23,9 +23,12 @@ this folder. So browser tests are plain `def` tests, and the browser stops when 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +40,8 @@ from tests.browser.dashboard import CHROMIUM, CHROMIUM_ARGS
 from tests.platform import Platform
 
 INSTALL = ("apt-get update", "apt-get install -y chromium")
+APT_LOCK_WAIT_S = 600.0
+APT_LOCK_RETRY_S = 2.0
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,23 +59,41 @@ def chromium() -> Path:
     commands = " && ".join(INSTALL)
     if os.geteuid() != 0:
         pytest.fail(f"{CHROMIUM} is missing; install it as root: `{commands}`", pytrace=False)
+    # Each test process (pytest -n) comes here at once on a fresh machine: one installs
+    # while the others wait for it, then find Chromium there.
+    with open(Path(tempfile.gettempdir()) / "dlaas-tests-chromium.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not CHROMIUM.exists():
+            _install_chromium(commands)
+    if not CHROMIUM.exists():
+        pytest.fail(f"`{commands}` succeeded but {CHROMIUM} is still missing", pytrace=False)
+    return CHROMIUM
+
+
+def _install_chromium(commands: str) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in INSTALL:
-        # another run installing at the same time holds apt's lock: wait for it
         argv = [*command.split(), "-o", "DPkg::Lock::Timeout=600"]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            pytest.fail(f"`{command}` failed ({error}); run `{commands}` as root", pytrace=False)
+        give_up = time.monotonic() + APT_LOCK_WAIT_S
+        while True:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                pytest.fail(
+                    f"`{command}` failed ({error}); run `{commands}` as root", pytrace=False
+                )
+            # apt-get update does not wait for another apt holding the lists' lock
+            if done.returncode == 0 or "Could not get lock" not in done.stderr:
+                break
+            if time.monotonic() > give_up:
+                break
+            time.sleep(APT_LOCK_RETRY_S)
         if done.returncode != 0:
             pytest.fail(
                 f"`{command}` exited {done.returncode}; run `{commands}` as root\n"
                 f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}",
                 pytrace=False,
             )
-    if not CHROMIUM.exists():
-        pytest.fail(f"`{commands}` succeeded but {CHROMIUM} is still missing", pytrace=False)
-    return CHROMIUM
 
 
 @pytest.fixture(scope="package")

@@ -435,6 +435,30 @@ async def test_halt_resume_delete_record_intent(api: Harness) -> None:
         assert job.deleted_at is not None
 
 
+async def test_a_resumed_halted_job_is_queued_at_once(api: Harness) -> None:
+    """No worker runs here: the API itself queues the job, so `dlaas wait` right after a
+    resume waits for the new run instead of returning on HALTED, and the scheduler takes the
+    job even if the nudge to the workers is lost."""
+    async with await api.new_user("alice") as alice:
+        job_id = (await submit(alice)).json()["id"]
+        assert (await alice.post(f"/v2/jobs/{job_id}/halt")).status_code == 202
+        engine = make_engine(api.settings.database_url)
+        sessions = make_sessionmaker(engine)
+        async with sessions() as session:  # as the lifecycle manager's halt leaves it
+            await repo.transition(session, job_id, JobState.HALTED, "halted by user")
+            await session.commit()
+        resumed = await alice.post(f"/v2/jobs/{job_id}/resume")
+        assert resumed.status_code == 202
+        assert resumed.json()["state"] == "QUEUED"
+        assert (await alice.get(f"/v2/jobs/{job_id}")).json()["state"] == "QUEUED"
+        async with sessions() as session:
+            events = [(e.kind, e.to_state) for e in await repo.list_events(session, job_id)]
+            job = await repo.get_job_any(session, job_id)
+        await engine.dispose()
+        assert events[-2:] == [("resume_requested", None), ("state", "QUEUED")]
+        assert job is not None and job.desired == "run"
+
+
 async def test_health_prometheus_and_openapi(api: Harness) -> None:
     async with api.client(None) as anonymous:
         assert (await anonymous.get("/healthz")).json() == {"status": "ok"}
