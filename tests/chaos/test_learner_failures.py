@@ -143,8 +143,13 @@ def test_ten_kills_at_random_moments_lose_nothing(platform: Platform, tmp_path: 
         runner = runner_pid(platform, job, attempt)
         # Checkpoints come a second apart: kills in pairs land before the attempt's first one
         # (no progress) or after it (and maybe while the second is written), so the job
-        # neither finishes early nor starts from scratch every time.
-        time.sleep(chance.uniform(0.1, 0.7) if kill // 2 % 2 == 0 else chance.uniform(1.2, 1.7))
+        # neither finishes early nor starts from scratch every time. "After it" waits for the
+        # checkpoint itself, which a busy machine may take longer than a second to write.
+        if kill // 2 % 2 == 0:
+            time.sleep(chance.uniform(0.1, 0.7))
+        else:
+            platform.wait_for(job, f"a checkpoint of attempt {attempt}", _checkpointed(attempt), 60)
+            time.sleep(chance.uniform(0.0, 0.5))
         if kill % 2:
             processes.kill_runner(runner)
         else:
