@@ -58,12 +58,12 @@ class Plan:
 
 def speedup(job: ElasticJob, choice: Choice) -> float:
     """The value of a choice: its throughput over the job's smallest choice's."""
-    return _speedups(job)[job.choices.index(choice)]
+    return _speedups(job, (choice,))[0]
 
 
-def _speedups(job: ElasticJob) -> list[float]:
+def _speedups(job: ElasticJob, choices: Sequence[Choice]) -> list[float]:
     base = min(job.choices, key=lambda c: c.learners).throughput
-    return [c.throughput / base if base > 0 else 0.0 for c in job.choices]
+    return [c.throughput / base if base > 0 else 0.0 for c in choices]
 
 
 def optimize(jobs: Sequence[ElasticJob], gpus: int) -> Plan | None:
@@ -79,7 +79,7 @@ def optimize(jobs: Sequence[ElasticJob], gpus: int) -> Plan | None:
             picks.append(np.full(gpus + 1, -1))
             continue
         sizes = np.array([job.gpus(c) for c in job.choices], dtype=np.int64)
-        values = np.array(_speedups(job))
+        values = np.array(_speedups(job, job.choices))
         # row o, column c: best[c - size_o] (-inf where the choice does not fit), each row
         # a window of best shifted right by the choice's size
         pad = int(sizes.max())
