@@ -2,7 +2,8 @@
 
 FfDL fields (name, description, version, learners, gpus, cpus, memory, data_stores, framework,
 evaluation_metrics, and anything else FfDL accepted) are read leniently: unknown keys are kept.
-dlaas's blocks (checkpoint, restart_policy, parameter_server, elastic, environment) are strict.
+dlaas's blocks (checkpoint, restart_policy, parameter_server, elastic, performance,
+environment) are strict.
 
 `parse_manifest` is the one entry point for untrusted text: it never lets a YAML or pydantic
 exception escape; every refusal is an `Invalid` naming the field and the fix.
@@ -302,9 +303,20 @@ class ParameterServer(_Strict):
         return self
 
 
+MAX_BATCH_SIZE = 1 << 24
+
+
 class Elastic(_Strict):
+    """The sizes dlaas may run the job at: learners, and the global batch they share."""
+
     min_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
     max_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] | None = None
+    # the global batch: dlaas picks one in this range for each learner count and tells the
+    # learners in DLAAS_GLOBAL_BATCH_SIZE and DLAAS_BATCH_SIZE (each learner's share)
+    min_batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
+    max_batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
+    # the most samples one learner holds in a step (its memory), if less than max_batch_size
+    max_learner_batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> Elastic:
@@ -315,7 +327,64 @@ class Elastic(_Strict):
                 "min_learners",
                 {"max": self.max_learners, "min": self.min_learners, "subpath": "max_learners"},
             )
+        low, high = self.min_batch_size, self.max_batch_size
+        if (low is None) != (high is None):
+            raise PydanticCustomError(
+                "elastic",
+                "give min_batch_size and max_batch_size together (the global batch's range), "
+                "or neither",
+                {"subpath": "max_batch_size" if high is None else "min_batch_size"},
+            )
+        if low is not None and high is not None and high < low:
+            raise PydanticCustomError(
+                "elastic",
+                "max_batch_size ({max}) is below min_batch_size ({min}); make max_batch_size "
+                "at least min_batch_size",
+                {"max": high, "min": low, "subpath": "max_batch_size"},
+            )
+        if low is not None and low < self.min_learners:
+            raise PydanticCustomError(
+                "elastic",
+                "min_batch_size ({low}) gives some of min_learners ({n}) no sample; make it at "
+                "least min_learners",
+                {"low": low, "n": self.min_learners, "subpath": "min_batch_size"},
+            )
+        if self.max_learner_batch_size is not None and low is None:
+            raise PydanticCustomError(
+                "elastic",
+                "max_learner_batch_size needs the global batch's range: add min_batch_size and "
+                "max_batch_size",
+                {"subpath": "max_learner_batch_size"},
+            )
         return self
+
+
+def batch_for(elastic: Elastic, learners: int) -> int | None:
+    """The global batch `learners` learners run an elastic job at: the largest of its range
+    they hold (a larger batch takes fewer steps, and each step's fixed costs, for the same
+    samples), None when no batch of the range gives each of them 1 to
+    max_learner_batch_size samples, or when the job has no batch range."""
+    low, high = elastic.min_batch_size, elastic.max_batch_size
+    if low is None or high is None:
+        return None
+    per_learner = elastic.max_learner_batch_size
+    most = high if per_learner is None else min(high, learners * per_learner)
+    return most if most >= max(low, learners) else None
+
+
+class Performance(_Strict):
+    """What one training step costs, for `dlaas plan` and the elastic autoscaler's first
+    estimates (measured step times correct them once the job runs)."""
+
+    # seconds of one learner's compute per sample, and per step whatever the batch
+    sample_seconds: Annotated[float, Field(gt=0, le=3_600, allow_inf_nan=False)]
+    step_overhead_seconds: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] = 0.0
+    # bytes of gradients each learner exchanges a step (about the model's size)
+    model_bytes: Annotated[int, Field(ge=0, le=MAX_WHOLE_NUMBER)] = 0
+    # samples the whole training processes (epochs times the data set), for time to finish
+    samples: Annotated[int, Field(ge=1, le=MAX_WHOLE_NUMBER)] | None = None
+    # the global batch of a job without an elastic batch range
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
 
 
 def _check_environment(env: dict[str, str]) -> dict[str, str]:
@@ -370,6 +439,7 @@ class Manifest(_Lenient):
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
     parameter_server: ParameterServer | None = None
     elastic: Elastic | None = None
+    performance: Performance | None = None
     environment: Annotated[dict[str, Text], AfterValidator(_check_environment)] = Field(
         default_factory=dict
     )
@@ -391,6 +461,22 @@ class Manifest(_Lenient):
                         "subpath": "learners",
                     },
                 )
+            if el.min_batch_size is not None and batch_for(el, self.learners) is None:
+                raise PydanticCustomError(
+                    "elastic",
+                    "no global batch in min_batch_size..max_batch_size gives each of the "
+                    "{n} learners between 1 and max_learner_batch_size samples; widen the "
+                    "range or change learners",
+                    {"n": self.learners, "subpath": "learners"},
+                )
+            if el.min_batch_size is not None and self.performance is not None:
+                if self.performance.batch_size is not None:
+                    raise PydanticCustomError(
+                        "elastic",
+                        "performance.batch_size is for jobs without a batch range: the elastic "
+                        "range decides the batch; remove performance.batch_size",
+                        {"subpath": "performance.batch_size"},
+                    )
         return self
 
     @model_validator(mode="after")
@@ -485,7 +571,13 @@ _FIXES: dict[str, str] = {
         "heartbeat_timeout_s, scope (gang or learner) and fail_on_exit_codes"
     ),
     "parameter_server": "allowed keys: mode (async, sync or bounded) and staleness",
-    "elastic": "allowed keys: min_learners and max_learners",
+    "elastic": (
+        "allowed keys: min_learners, max_learners, min_batch_size, max_batch_size and "
+        "max_learner_batch_size"
+    ),
+    "performance": (
+        "allowed keys: sample_seconds, step_overhead_seconds, model_bytes, samples and batch_size"
+    ),
 }
 
 

@@ -17,6 +17,7 @@ from api.manifest import (
     MAX_NODES,
     RESERVED_ENV,
     Manifest,
+    batch_for,
     metric_patterns,
     metric_regexes,
     parse_manifest,
@@ -598,6 +599,27 @@ def test_dlaas_blocks_accepted() -> None:
     assert (m.parameter_server.mode, m.parameter_server.staleness) == ("bounded", 4)
     assert m.elastic is not None
     assert (m.elastic.min_learners, m.elastic.max_learners) == (2, 8)
+
+
+def test_elastic_batch_range_and_performance_read() -> None:
+    m = parse_manifest(
+        with_minimal(
+            "elastic: {min_learners: 1, max_learners: 4, min_batch_size: 32,"
+            " max_batch_size: 256, max_learner_batch_size: 96}\n"
+            "performance: {sample_seconds: 0.002, step_overhead_seconds: 0.01,"
+            " model_bytes: 4000000, samples: 600000}\n"
+        )
+    )
+    assert m.elastic is not None and m.performance is not None
+    assert (m.elastic.min_batch_size, m.elastic.max_batch_size) == (32, 256)
+    assert m.performance.model_bytes == 4_000_000 and m.performance.samples == 600_000
+    # the largest batch of the range the learners hold
+    assert [batch_for(m.elastic, n) for n in (1, 2, 3, 4)] == [96, 192, 256, 256]
+
+
+def test_a_job_without_a_batch_range_has_no_elastic_batch() -> None:
+    m = parse_manifest(with_minimal("elastic: {min_learners: 1, max_learners: 2}\n"))
+    assert m.elastic is not None and batch_for(m.elastic, 1) is None
     assert parse_manifest(with_minimal("parameter_server: {mode: sync}\n")).parameter_server
 
 
@@ -653,7 +675,32 @@ def test_restart_scope_and_exit_codes_accepted() -> None:
             "at least min_learners",
         ),
         ("elastic: {min_learners: 2}", "learners", "must lie between"),
-        ("elastic: {step: 2}", "elastic.step", "min_learners and max_learners"),
+        ("elastic: {step: 2}", "elastic.step", "min_learners, max_learners, min_batch_size"),
+        ("elastic: {min_batch_size: 32}", "elastic.max_batch_size", "together"),
+        ("elastic: {max_batch_size: 32}", "elastic.min_batch_size", "together"),
+        (
+            "elastic: {min_batch_size: 64, max_batch_size: 32}",
+            "elastic.max_batch_size",
+            "at least min_batch_size",
+        ),
+        (
+            "elastic: {min_learners: 1, max_learners: 4, min_batch_size: 4, max_batch_size: 8,"
+            " max_learner_batch_size: 2}",
+            "learners",
+            "widen the range",
+        ),
+        ("elastic: {max_learner_batch_size: 8}", "elastic.max_learner_batch_size", "range"),
+        ("elastic: {min_batch_size: 0, max_batch_size: 8}", "elastic.min_batch_size", "1"),
+        (
+            "elastic: {min_batch_size: 8, max_batch_size: 64}\n"
+            "performance: {sample_seconds: 0.01, batch_size: 32}",
+            "performance.batch_size",
+            "remove performance.batch_size",
+        ),
+        ("performance: {model_bytes: 10}", "performance.sample_seconds", "missing"),
+        ("performance: {sample_seconds: 0}", "performance.sample_seconds", "greater than 0"),
+        ("performance: {sample_seconds: .nan}", "performance.sample_seconds", "finite"),
+        ("performance: {sample_seconds: 1, flops: 3}", "performance.flops", "sample_seconds"),
     ],
 )
 def test_dlaas_block_refusals(extra: str, field: str, words: str) -> None:
