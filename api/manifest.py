@@ -469,14 +469,14 @@ class Manifest(_Lenient):
                     "range or change learners",
                     {"n": self.learners, "subpath": "learners"},
                 )
-            if el.min_batch_size is not None and self.performance is not None:
-                if self.performance.batch_size is not None:
-                    raise PydanticCustomError(
-                        "elastic",
-                        "performance.batch_size is for jobs without a batch range: the elastic "
-                        "range decides the batch; remove performance.batch_size",
-                        {"subpath": "performance.batch_size"},
-                    )
+            perf = self.performance
+            if el.min_batch_size is not None and perf is not None and perf.batch_size is not None:
+                raise PydanticCustomError(
+                    "elastic",
+                    "performance.batch_size is for jobs without a batch range: the elastic "
+                    "range decides the batch; remove performance.batch_size",
+                    {"subpath": "performance.batch_size"},
+                )
         return self
 
     @model_validator(mode="after")
