@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from api.bounded_yaml import DocumentRefused, ValueRefused, YamlLimits, load_bounded_yaml
 from api.errors import Invalid
+from storage.job_plan import elastic_batch
 from storage.memory_sizes import parse_memory
 from storage.memory_sizes import shown as _show
 from storage.metric_regexes import metric_regexes as stored_metric_regexes
@@ -318,6 +319,12 @@ class Elastic(_Strict):
     # the most samples one learner holds in a step (its memory), if less than max_batch_size
     max_learner_batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
 
+    def batch_for(self, learners: int) -> int | None:
+        """The global batch `learners` learners run at (`storage.job_plan.elastic_batch`)."""
+        return elastic_batch(
+            learners, self.min_batch_size, self.max_batch_size, self.max_learner_batch_size
+        )
+
     @model_validator(mode="after")
     def _ordered(self) -> Elastic:
         if self.max_learners is not None and self.max_learners < self.min_learners:
@@ -357,19 +364,6 @@ class Elastic(_Strict):
                 {"subpath": "max_learner_batch_size"},
             )
         return self
-
-
-def batch_for(elastic: Elastic, learners: int) -> int | None:
-    """The global batch `learners` learners run an elastic job at: the largest of its range
-    they hold (a larger batch takes fewer steps, and each step's fixed costs, for the same
-    samples), None when no batch of the range gives each of them 1 to
-    max_learner_batch_size samples, or when the job has no batch range."""
-    low, high = elastic.min_batch_size, elastic.max_batch_size
-    if low is None or high is None:
-        return None
-    per_learner = elastic.max_learner_batch_size
-    most = high if per_learner is None else min(high, learners * per_learner)
-    return most if most >= max(low, learners) else None
 
 
 class Performance(_Strict):
@@ -461,7 +455,7 @@ class Manifest(_Lenient):
                         "subpath": "learners",
                     },
                 )
-            if el.min_batch_size is not None and batch_for(el, self.learners) is None:
+            if el.min_batch_size is not None and el.batch_for(self.learners) is None:
                 raise PydanticCustomError(
                     "elastic",
                     "no global batch in min_batch_size..max_batch_size gives each of the "

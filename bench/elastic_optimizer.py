@@ -27,7 +27,7 @@ import time
 
 from bench._latency_stats import median, percentile, rounded
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob, optimize, speedup
-from lifecycle_manager.scheduler.performance_model import Exchange, ModelCosts, Network, throughput
+from storage.performance_model import Exchange, ModelCosts, Network, throughput
 
 JOBS = 200
 GPUS = 512

@@ -4,7 +4,7 @@ A trace built like Saxena et al.'s (arXiv 2006.13878): Poisson arrivals over `--
 job asking for 1, 2, 4 or 8 GPUs (half of them 1) and a per-GPU batch of 32, 64 or 128,
 which may run with any global batch from half to four times what it asked for (at most
 twice its per-GPU batch on a GPU: memory) and 1 to 16 learners. Its step time comes from
-`lifecycle_manager.scheduler.performance_model` with costs drawn at random (compute per
+`storage.performance_model` with costs drawn at random (compute per
 sample and per step, 20-400 MiB of gradients over 10 Gb/s links with all-reduce), so
 throughput grows sub-linearly with learners, and more so with a larger batch; its work is
 the samples it must process (the same at any batch in its range), so that at its request it
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from bench._latency_stats import rounded
 from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
-from lifecycle_manager.scheduler.performance_model import Exchange, ModelCosts, Network, throughput
+from storage.performance_model import Exchange, ModelCosts, Network, throughput
 
 GPUS = 64
 MAX_LEARNERS = 16

@@ -7,7 +7,7 @@ tensor after the backward pass (no overlap, as the model assumes).
 
 Calibration, in the same run, as a job would calibrate on its own image:
 - compute: one learner's step at per-learner batches of 64 and 256; a line through the two
-  gives `sample_s` and `step_overhead_s` of `lifecycle_manager.scheduler.performance_model`;
+  gives `sample_s` and `step_overhead_s` of `storage.performance_model`;
 - exchange: two processes average 1 and 32 MiB of gradients as training does (copied into
   one flat tensor, all-reduced, copied back); a line through the two gives the exchange's
   bandwidth and latency (for two learners the ring sends the model once each way:
@@ -39,7 +39,7 @@ from multiprocessing.queues import Queue
 from typing import Any
 
 from bench._latency_stats import rounded
-from lifecycle_manager.scheduler.performance_model import Exchange, ModelCosts, Network, step_s
+from storage.performance_model import Exchange, ModelCosts, Network, step_s
 
 # layer widths, and steps timed per case: about a second of them, so that a step of 2 ms
 # is timed as steadily as one of 200

@@ -17,7 +17,6 @@ from api.manifest import (
     MAX_NODES,
     RESERVED_ENV,
     Manifest,
-    batch_for,
     metric_patterns,
     metric_regexes,
     parse_manifest,
@@ -614,12 +613,12 @@ def test_elastic_batch_range_and_performance_read() -> None:
     assert (m.elastic.min_batch_size, m.elastic.max_batch_size) == (32, 256)
     assert m.performance.model_bytes == 4_000_000 and m.performance.samples == 600_000
     # the largest batch of the range the learners hold
-    assert [batch_for(m.elastic, n) for n in (1, 2, 3, 4)] == [96, 192, 256, 256]
+    assert [m.elastic.batch_for(n) for n in (1, 2, 3, 4)] == [96, 192, 256, 256]
 
 
 def test_a_job_without_a_batch_range_has_no_elastic_batch() -> None:
     m = parse_manifest(with_minimal("elastic: {min_learners: 1, max_learners: 2}\n"))
-    assert m.elastic is not None and batch_for(m.elastic, 1) is None
+    assert m.elastic is not None and m.elastic.batch_for(1) is None
     assert parse_manifest(with_minimal("parameter_server: {mode: sync}\n")).parameter_server
 
 

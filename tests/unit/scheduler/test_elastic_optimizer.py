@@ -13,7 +13,7 @@ from lifecycle_manager.scheduler.elastic_optimizer import (
     optimize,
     speedup,
 )
-from lifecycle_manager.scheduler.performance_model import (
+from storage.performance_model import (
     Exchange,
     ModelCosts,
     Network,

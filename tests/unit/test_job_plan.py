@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle_manager.scheduler.performance_model import Exchange, ModelCosts, Network, step_s
-from lifecycle_manager.scheduler.plan import WITHIN, plan
+from storage.job_plan import WITHIN, plan
+from storage.performance_model import Exchange, ModelCosts, Network, step_s
 
 NETWORK = Network(bandwidth_bytes_s=1.25e9, latency_s=5e-5)
 SAMPLES = 1_000_000

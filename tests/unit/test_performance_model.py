@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle_manager.scheduler.performance_model import (
+from storage.performance_model import (
     Exchange,
     ModelCosts,
     Network,

@@ -4,6 +4,9 @@ expects (step time, throughput, time to finish, scaling efficiency), and which t
 The recommendation is the candidate with the fewest learners whose time to finish is within
 `WITHIN` of the fastest one's (fewer learners at a larger batch when that ties): past that
 point more GPUs buy little time, and they are GPUs other jobs could use.
+
+It lives beside the stored job because both sides read it: the API answers `POST /v2/plan`
+with it, and the lifecycle manager's autoscaler sizes elastic jobs by the same figures.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from lifecycle_manager.scheduler.performance_model import (
+from storage.performance_model import (
     Exchange,
     ModelCosts,
     Network,
@@ -31,6 +34,19 @@ class Candidate:
     time_to_finish_s: float
     scaling_efficiency: float
     recommended: bool = False
+
+
+def elastic_batch(
+    learners: int, min_batch: int | None, max_batch: int | None, max_learner_batch: int | None
+) -> int | None:
+    """The global batch `learners` learners run an elastic job at: the largest of its range
+    they hold (a larger batch takes fewer steps, and fewer of each step's fixed costs, for
+    the same samples). None when no batch of the range gives each of them 1 to
+    `max_learner_batch` samples, or when the job has no batch range."""
+    if min_batch is None or max_batch is None:
+        return None
+    most = max_batch if max_learner_batch is None else min(max_batch, learners * max_learner_batch)
+    return most if most >= max(min_batch, learners) else None
 
 
 def plan(
