@@ -120,6 +120,17 @@ class Settings(BaseSettings):
     kube_request_timeout_s: float = 10.0
     kube_image_pull_timeout_s: float = 300.0  # a learner whose image cannot be pulled fails
 
+    # The cluster's links as the performance model sees them (`storage.performance_model`):
+    # each learner's bandwidth (bytes a second) and latency, and the parameter server's
+    # (default: a learner's). Measure them with `python -m bench.perf_model`.
+    network_bandwidth_bytes_s: float = Field(default=1.25e9, gt=0)  # 10 Gb/s
+    network_latency_s: float = Field(default=5e-5, ge=0)
+    network_server_bandwidth_bytes_s: float | None = Field(default=None, gt=0)
+    # Elastic jobs: how often the autoscaler reconsiders their sizes, and what a resize is
+    # taken to cost (a checkpoint, a stop and a restart) until one is measured.
+    autoscale_interval_s: float = Field(default=60.0, gt=0)
+    resize_cost_s: float = Field(default=30.0, ge=0)
+
     # A file the monitor, beat and pod watcher keep refreshing while alive (exec probes).
     liveness_file: Path | None = None
 
