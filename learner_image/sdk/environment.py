@@ -37,6 +37,19 @@ class LearnerEnv:
     # `restart_policy.scope: learner`: each learner is restarted on its own, from checkpoints
     # of its own, so every learner writes them, not only rank 0.
     own_checkpoints: bool = False
+    # An elastic job with a batch range: the global batch of this attempt, and this
+    # learner's share of it (None outside such a job: the program keeps its own batch).
+    global_batch_size: int | None = None
+    batch_size: int | None = None
+
+    def scaled_lr(self, base_lr: float, base_batch: int) -> float:
+        """The learning rate for this attempt's global batch by the linear scaling rule
+        (Goyal et al., 2017): `base_lr` was tuned at a global batch of `base_batch`, and a
+        batch k times larger takes a rate k times larger. Outside an elastic job with a
+        batch range, `base_lr` unchanged."""
+        if self.global_batch_size is None:
+            return base_lr
+        return base_lr * self.global_batch_size / base_batch
 
     @property
     def is_distributed(self) -> bool:
@@ -125,4 +138,6 @@ def env(environ: Mapping[str, str] | None = None) -> LearnerEnv:
         checkpoint_interval_s=_float(e, "DLAAS_CHECKPOINT_INTERVAL", DEFAULT_CHECKPOINT_INTERVAL_S),
         checkpoint_keep=keep,
         own_checkpoints=e.get("DLAAS_RESTART_SCOPE", "").strip() == "learner",
+        global_batch_size=_int(e, "DLAAS_GLOBAL_BATCH_SIZE", None),
+        batch_size=_int(e, "DLAAS_BATCH_SIZE", None),
     )

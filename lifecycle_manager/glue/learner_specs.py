@@ -13,6 +13,7 @@ from typing import Any
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.decisions.restart_policy import RestartPolicy
 from storage import job_redis_users, training_data
+from storage.job_plan import elastic_batch
 from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
 from storage.training_data import training_data_store
@@ -70,6 +71,27 @@ def parameter_server_env(manifest: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+def elastic_batch_of(manifest: Mapping[str, Any], num_learners: int) -> int | None:
+    """The global batch of an elastic job with a batch range at this many learners."""
+    elastic = _section(manifest, "elastic")
+    return elastic_batch(
+        num_learners,
+        elastic.get("min_batch_size"),
+        elastic.get("max_batch_size"),
+        elastic.get("max_learner_batch_size"),
+    )
+
+
+def batch_env(global_batch: int, num_learners: int, learner: int) -> dict[str, str]:
+    """`DLAAS_GLOBAL_BATCH_SIZE`, and this learner's share of it in `DLAAS_BATCH_SIZE` (the
+    first learners take one more sample each when it does not divide evenly)."""
+    share, extra = divmod(global_batch, num_learners)
+    return {
+        "DLAAS_GLOBAL_BATCH_SIZE": str(global_batch),
+        "DLAAS_BATCH_SIZE": str(share + (1 if learner <= extra else 0)),
+    }
+
+
 def resources(manifest: Mapping[str, Any]) -> Resources:
     """Per-learner resources; the stored manifest holds memory in bytes."""
     memory = manifest.get("memory")
@@ -116,10 +138,13 @@ def learner_specs(
         }
     )
     common.update(parameter_server_env(manifest))
+    global_batch = elastic_batch_of(manifest, num_learners)
     command = str(_section(manifest, "framework").get("command", ""))
     specs = []
     for learner in range(1, num_learners + 1):
         env = dict(common, LEARNER_ID=str(learner), RANK=str(learner - 1))
+        if global_batch is not None:
+            env.update(batch_env(global_batch, num_learners, learner))
         argv = [RUNNER, "--job", job_id, "--learner", str(learner), "--attempt", str(attempt)]
         specs.append(
             LearnerSpec(

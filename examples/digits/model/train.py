@@ -39,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     p.add_argument("--batch-size", type=int, default=32, help="per learner")
     p.add_argument("--lr", type=float, default=0.005, help="peak learning rate")
+    p.add_argument(
+        "--base-batch-size",
+        type=int,
+        default=64,
+        help="the global batch --lr is tuned for; an elastic job scales the rate with its batch",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", type=Path, default=None, help="default: $DATA_DIR/digits.npz")
     p.add_argument(
@@ -161,16 +167,29 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group("gloo", rank=e.rank, world_size=e.world_size)
 
     x_train, y_train, x_test, y_test = load_data(args.data or e.data_dir / "digits.npz")
-    steps_per_epoch = len(x_train) // (args.batch_size * e.world_size)
+    n_train = len(x_train)
+    # An elastic job's attempt runs at the global batch dlaas gives it; any other at
+    # --batch-size per learner.
+    global_batch = e.global_batch_size or args.batch_size * e.world_size
+    steps_per_epoch = n_train // global_batch
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps is not None:
         total_steps = min(total_steps, args.max_steps)
+
+    def lr_now(step: int, epoch: int, offset: int) -> float:
+        if e.global_batch_size is None:
+            return lr_at(step, total_steps, args.lr)
+        # elastic: the schedule follows the samples seen, as if every step took
+        # --base-batch-size of them, and the rate scales with the batch (the SDK's rule)
+        base = args.base_batch_size
+        seen = (epoch * n_train + offset) // base
+        return e.scaled_lr(lr_at(seen, args.epochs * n_train // base, args.lr), base)
 
     seed_everything(args.seed)
     model = build_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     seed_everything(args.seed + 1 + e.rank)  # each learner its own dropout stream
-    step = resume(model, optimizer, e, args)
+    step, epoch, offset = resume(model, optimizer, e, args, steps_per_epoch, global_batch)
     net: torch.nn.Module = DistributedDataParallel(model) if e.is_distributed else model
 
     def checkpoint(at_step: int) -> sdk.PendingCheckpoint | None:
@@ -185,23 +204,24 @@ def main(argv: list[str] | None = None) -> int:
             "rng": states,
             "world_size": e.world_size,
             "seed": args.seed,
+            "epoch": epoch,
+            "offset": offset,
         }
         # Returns once the state is copied: it is written in the background as training goes on.
         return sdk.save_checkpoint(state, at_step)
 
     saving: sdk.PendingCheckpoint | None = None
     timer = sdk.CheckpointTimer()
-    order = epoch_order(args.seed, step // steps_per_epoch, len(x_train))
-    global_batch = args.batch_size * e.world_size
-    while step < total_steps:
-        epoch, position = divmod(step, steps_per_epoch)
-        if position == 0:
-            order = epoch_order(args.seed, epoch, len(x_train))
-        batch = order[position * global_batch : (position + 1) * global_batch][
-            e.rank :: e.world_size
-        ]
+    order = epoch_order(args.seed, epoch, n_train)
+    while epoch < args.epochs and (args.max_steps is None or step < args.max_steps):
+        if n_train - offset < global_batch:  # the epoch's tail, short of a batch, is left
+            epoch, offset = epoch + 1, 0
+            order = epoch_order(args.seed, epoch, n_train)
+            continue
+        batch = order[offset : offset + global_batch][e.rank :: e.world_size]
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, total_steps, args.lr)
+            group["lr"] = lr_now(step, epoch, offset)
+        offset += global_batch
         net.train()
         optimizer.zero_grad()
         logits = net(shift_randomly(x_train[batch]))
@@ -322,9 +342,16 @@ def announce(committed: Path | None) -> None:
 
 
 def resume(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, e: sdk.LearnerEnv, args: Any
-) -> int:
-    """Restore the newest committed checkpoint, the same one on every learner; the step reached."""
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    e: sdk.LearnerEnv,
+    args: Any,
+    steps_per_epoch: int,
+    global_batch: int,
+) -> tuple[int, int, int]:
+    """Restore the newest committed checkpoint, the same one on every learner: the step,
+    epoch and offset in the epoch reached (a checkpoint without the last two was taken at
+    this attempt's batch)."""
     import torch.distributed as dist
 
     ckpt = sdk.load_checkpoint() if e.is_chief else None
@@ -338,7 +365,7 @@ def resume(
                     f"checkpoint for step {chosen[0]} not found in {e.checkpoint_dir}"
                 )
     if ckpt is None or ckpt.state is None:
-        return 0
+        return 0, 0, 0
     state = ckpt.state
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -347,8 +374,14 @@ def resume(
     else:
         print("digits: world size or seed changed; RNG streams restarted", flush=True)
         seed_everything(args.seed + 1 + e.rank + 7919 * state["step"])
-    print(f"digits: resumed from {ckpt.path.name} at step {state['step']}", flush=True)
-    return int(state["step"])
+    step = int(state["step"])
+    if "epoch" in state:
+        epoch, offset = int(state["epoch"]), int(state["offset"])
+    else:
+        epoch, position = divmod(step, steps_per_epoch)
+        offset = position * global_batch
+    print(f"digits: resumed from {ckpt.path.name} at step {step}", flush=True)
+    return step, epoch, offset
 
 
 def write_results(
