@@ -1,0 +1,173 @@
+"""After a scheduling pass: which running elastic jobs grow or shrink, and where.
+
+The scheduler (`schedule`) admits whole gangs at the size their manifests ask for; this
+step then sizes the elastic jobs among what is left (`autoscale`, the dynamic programme of
+`elastic_optimizer`):
+
+- room is counted in each job's unit: GPUs for a job with GPUs, whole CPUs for one
+  without; jobs of each kind are sized together over the free room of that kind plus
+  what they hold;
+- while a job waits for room (`WaitCause.CAPACITY` or `RESERVATION`), elastic jobs do not
+  grow, and they shrink, down to their smallest size, when that frees enough for the first
+  such job to start;
+- a job started or resized less than the autoscaler's interval ago keeps its size (a
+  resize costs a checkpoint and a restart, and its throughput is still being measured);
+- a growth is placed like an admission (best fit over the free room and the job's own);
+  one that does not fit is dropped. A shrink keeps the first learners where they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
+from lifecycle_manager.scheduler.decisions import SchedulePass, WaitCause
+from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang
+from lifecycle_manager.scheduler.placement import FreeCapacity, candidate_products
+
+_ROOM_CAUSES = (WaitCause.CAPACITY, WaitCause.RESERVATION)
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticRunning:
+    """A running elastic job as the autoscaler sizes it: its choices (one per learner
+    count), the one it runs with, the samples it has left (inf: unknown), and whether it
+    may be resized now."""
+
+    id: str
+    choices: tuple[Choice, ...]
+    current: Choice
+    samples_left: float
+    movable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Run `job_id` with `new` instead of `old`: learner i on `nodes[i - 1]`."""
+
+    job_id: str
+    old: Choice
+    new: Choice
+    nodes: tuple[str, ...]
+    gpu_product: str | None
+    reason: str
+
+
+def _unit(gang: Gang) -> int:
+    return gang.gpus if gang.gpus else max(math.ceil(gang.millicpus / 1000), 1)
+
+
+def _free_capacity(snapshot: ClusterSnapshot, decided: SchedulePass) -> FreeCapacity:
+    free = FreeCapacity(snapshot.nodes)
+    for job in snapshot.running:
+        for node in job.nodes:
+            if node in free.index:
+                free.take(free.index[node], job.gang.gpus, job.gang.millicpus, job.gang.memory)
+    pending = {job.id: job.gang for job in snapshot.pending}
+    for admission in decided.admissions:
+        gang = pending.get(admission.job_id)
+        if gang is None:
+            continue
+        for node in admission.nodes:
+            if node in free.index:
+                free.take(free.index[node], gang.gpus, gang.millicpus, gang.memory)
+    return free
+
+
+def _free_units(free: FreeCapacity, gpus: bool) -> int:
+    if gpus:
+        return sum(max(g, 0) for g in free.gpus)
+    return sum(max(m, 0) for m in free.millicpus) // 1000
+
+
+def _first_waiting_need(snapshot: ClusterSnapshot, decided: SchedulePass, gpus: bool) -> int:
+    """The units the first job waiting for room of this kind needs (0: none waits)."""
+    pending = {job.id: job.gang for job in snapshot.pending}
+    for waiting in decided.waiting:
+        gang = pending.get(waiting.job_id)
+        if waiting.cause in _ROOM_CAUSES and gang is not None and bool(gang.gpus) == gpus:
+            return gang.learners * _unit(gang)
+    return 0
+
+
+def _place(
+    free: FreeCapacity, gang: Gang, held: Sequence[str]
+) -> tuple[tuple[str, ...], str | None] | None:
+    """Where `gang` goes once the job gives back the learners it holds on `held`."""
+    per = Gang(1, gang.gpus, gang.gpu_product, gang.millicpus, gang.memory)
+    held = [node for node in held if node in free.index]
+    for node in held:
+        free.give(free.index[node], per.gpus, per.millicpus, per.memory)
+    for product in sorted(candidate_products(gang, free.products()), key=str):
+        placement = free.place(gang, product)
+        if placement is not None:
+            return placement.nodes, placement.gpu_product
+    for node in held:
+        free.take(free.index[node], per.gpus, per.millicpus, per.memory)
+    return None
+
+
+def elastic_pass(
+    snapshot: ClusterSnapshot,
+    decided: SchedulePass,
+    elastic: Iterable[ElasticRunning],
+    resize_cost_s: float,
+) -> list[Resize]:
+    """The resizes of running elastic jobs after `decided`, placed."""
+    running = {job.id: job for job in snapshot.running if not job.stopping}
+    jobs = [job for job in elastic if job.id in running]
+    free = _free_capacity(snapshot, decided)
+    resizes: list[Resize] = []
+    for gpus in (True, False):
+        kind = [job for job in jobs if bool(running[job.id].gang.gpus) == gpus]
+        if not kind:
+            continue
+        sized = [
+            ElasticJob(
+                job.id,
+                _unit(running[job.id].gang),
+                job.choices if job.movable else (job.current,),
+                running=True,
+            )
+            for job in kind
+        ]
+        held = sum(s.gpus(job.current) for s, job in zip(sized, kind, strict=True))
+        smallest = sum(s.gpus(min(s.choices, key=lambda c: c.learners)) for s in sized)
+        room = _free_units(free, gpus)
+        need = _first_waiting_need(snapshot, decided, gpus)
+        if need == 0:
+            capacity = held + room
+        elif smallest + need <= held + room:
+            capacity = held + room - need  # shrink so that the waiting job starts
+        else:
+            capacity = held  # nothing grows while a job waits that shrinking cannot start
+        sizings = [
+            Sizing(s, job.current, job.samples_left) for s, job in zip(sized, kind, strict=True)
+        ]
+        decided_sizes = autoscale(sizings, capacity, resize_cost_s)
+        shrinks = [
+            r for r in decided_sizes if r.old is not None and r.new.learners < r.old.learners
+        ]
+        grows = [r for r in decided_sizes if r.old is not None and r.new.learners >= r.old.learners]
+        for change in shrinks:
+            assert change.old is not None
+            job = running[change.job_id]
+            keep = job.nodes[: change.new.learners]
+            for node in job.nodes[change.new.learners :]:
+                if node in free.index:
+                    free.give(free.index[node], job.gang.gpus, job.gang.millicpus, job.gang.memory)
+            resizes.append(
+                Resize(change.job_id, change.old, change.new, keep, job.gpu_product, change.reason)
+            )
+        for change in grows:
+            assert change.old is not None
+            job = running[change.job_id]
+            gang = job.gang._replace(learners=change.new.learners)
+            placed = _place(free, gang, job.nodes)
+            if placed is None:
+                continue
+            resizes.append(Resize(change.job_id, change.old, change.new, *placed, change.reason))
+    return resizes
