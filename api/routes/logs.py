@@ -24,8 +24,17 @@ from api.query_numbers import QueryDigits
 from api.schemas import MetricList
 from api.services import logs as logs_service
 from api.services.log_join import POSITION, Position, decode_position
+from storage.models import Job
 
 router = APIRouter(prefix="/v2/jobs", tags=["logs"])
+
+
+def _most_learners(job: Job) -> int:
+    """The most learners the job may have run with: an elastic job resized down keeps the
+    logs and metrics its other learners wrote."""
+    elastic = job.manifest.get("elastic") if isinstance(job.manifest, dict) else None
+    most = elastic.get("max_learners") if isinstance(elastic, dict) else None
+    return max(job.learners, int(most or 0))
 
 
 def _learners(count: int, learner: int | None) -> list[int]:
@@ -64,7 +73,7 @@ async def job_logs(
         description="with follow=true, resume after this event (the id of the last one seen)",
     ),
 ) -> StreamingResponse:
-    learners = _learners(access.job.learners, learner)
+    learners = _learners(_most_learners(access.job), learner)
     try:
         position = decode_position(last_event_id) if last_event_id else Position()
     except ValueError as exc:
@@ -114,7 +123,7 @@ async def job_metrics(
     ] = None,
     cursor: Cursor = None,
 ) -> Response:
-    learners = _learners(access.job.learners, learner)
+    learners = _learners(_most_learners(access.job), learner)
     if limit is not None or cursor is not None:
         start = metric_position(cursor) if cursor else MetricPosition(learners[0])
         points, after = await logs_service.metric_page(

@@ -114,6 +114,9 @@ def team_of(quota: TeamQuota, products: Iterable[str]) -> Team:
 def running_of(job: JobRecord, first_node: str) -> RunningJob:
     gang = gang_of(job.manifest)
     placement = job.placement or Placement(nodes=(first_node,) * gang.learners)
+    # an elastic job runs with as many learners as its newest placement put (a resize
+    # places it again), not necessarily as many as its manifest starts it with
+    gang = gang._replace(learners=len(placement.nodes))
     return RunningJob(
         id=job.id,
         team=job.team,

@@ -23,7 +23,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerSpec, NoCapacity
 from lifecycle_manager.decisions.job_progress import HALTED_BY_USER
 from lifecycle_manager.decisions.restart_policy import RestartScope
-from lifecycle_manager.glue import job_users
+from lifecycle_manager.glue import autoscaling, job_users, resizing
 from lifecycle_manager.glue import preemption as preemption_steps
 from lifecycle_manager.glue.capacity_wait import (
     CAPACITY_RETRY_S,
@@ -82,15 +82,18 @@ async def deploy_job(ctx: Context, job_id: str) -> Outcome:
             return Outcome(f"not deploying: the job is to {job.desired}")
         attempt = job.attempt
         kept_learners = restart_scope(job) is RestartScope.LEARNER
-        if job.state in (JobState.QUEUED, JobState.RECOVERING):
+        if job.state in (JobState.QUEUED, JobState.RECOVERING, JobState.RESCALING):
             if not await waiting_for_capacity(session, job):
                 attempt += 1
             recreate = await learners_to_create(session, job, attempt)
+            reason = deploy_reason(attempt, recreate, job.learners)
+            if job.state == JobState.RESCALING:
+                reason = f"resized to {job.learners} learners: {reason}"
             moved = await repo.transition(
                 session,
                 job_id,
                 JobState.DEPLOYING,
-                deploy_reason(attempt, recreate, job.learners),
+                reason,
                 {"attempt": attempt},
                 only_from=[JobState(job.state)],
                 attempt=attempt,
@@ -203,7 +206,28 @@ async def schedule_pass(ctx: Context) -> tuple[SchedulePass | None, dict[str, Ou
         )
     admitted_ids = [admission.job_id for admission in decided.admissions]
     deployed = await asyncio.gather(*(deploy_job(ctx, job_id) for job_id in admitted_ids))
+    try:
+        resized = await autoscaling.autoscale_pass(ctx, decided.waiting)
+    except BackendUnavailable as error:
+        log.warning("autoscaling: the cluster is unavailable: %s", error)
+        resized = []
+    for job_id, attempt in resized:
+        await resizing.stop(ctx, job_id, attempt)
+    await asyncio.gather(*(finish_resize(ctx, job_id) for job_id, _ in resized))
     return decided, dict(zip(admitted_ids, deployed, strict=True))
+
+
+async def finish_resize(ctx: Context, job_id: str) -> Outcome:
+    """RESCALING -> the next attempt at the new size, once the old learners are gone
+    (each checkpointed as it stopped); `resizing` says how a resize goes."""
+    gone = await resizing.learners_gone(ctx, job_id)
+    if gone is None:
+        return Outcome("nothing to resize")
+    if not gone:
+        return Outcome("waiting for the learners to checkpoint and stop", retry_after=0.5)
+    async with ctx.sessions.begin() as session:
+        await mark_stopped(session, job_id, "resized")
+    return await deploy_job(ctx, job_id)
 
 
 async def schedule_jobs(ctx: Context, job_id: str | None = None) -> Outcome:

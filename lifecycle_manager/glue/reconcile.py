@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lifecycle_manager.backends.base import BackendUnavailable, LearnerStatus
-from lifecycle_manager.glue import operations, scheduling
+from lifecycle_manager.glue import autoscaling, operations, scheduling
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.learner_reports import apply_cluster_view, settle_job
 from storage import cluster_nodes
@@ -67,6 +67,7 @@ class _JobFacts:
     deleted: bool
     age: float
     halting: bool  # learner rows of the current attempt say a halt is under way
+    elastic: bool = False  # the autoscaler may resize it
     admitted_age: float | None = None  # a QUEUED job admitted this long ago, not yet deployed
     attempts: Mapping[int, int] = field(default_factory=dict)  # learner -> its row's attempt
 
@@ -100,7 +101,12 @@ async def reconcile(ctx: Context) -> ReconcileReport:
         except Exception as error:  # one job's trouble must not stop the sweep
             log.exception("reconcile: job %s", facts.id)
             report.errors.append(f"{facts.id}: {error!r}")
-    if any(facts.state is JobState.QUEUED and facts.desired is Desired.RUN for facts in open_jobs):
+    # a pass admits queued jobs, and the autoscaler after it sizes running elastic ones
+    if any(
+        facts.desired is Desired.RUN
+        and (facts.state is JobState.QUEUED or (facts.elastic and facts.state is JobState.RUNNING))
+        for facts in open_jobs
+    ):
         try:
             _decided, deployed = await operations.schedule_pass(ctx)
             report.deployed.extend(deployed)
@@ -148,6 +154,7 @@ async def _load(
                 state=JobState(job.state),
                 desired=Desired(job.desired),
                 attempt=job.attempt,
+                elastic=autoscaling.is_elastic(job.manifest),
                 deleted=job.deleted_at is not None,
                 age=ctx.age(job.updated_at),
                 halting=halting,
@@ -213,6 +220,10 @@ async def _drive(
             outcome = await operations.recover_job(ctx, facts.id)
             if outcome.retry_after is None:
                 report.deployed.append(facts.id)
+    elif facts.state is JobState.RESCALING:
+        outcome = await operations.finish_resize(ctx, facts.id)
+        if outcome.retry_after is None:
+            report.deployed.append(facts.id)
     elif facts.halting:
         outcome = await operations.resume_job(ctx, facts.id)
         if outcome.retry_after is None:

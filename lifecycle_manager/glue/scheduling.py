@@ -45,7 +45,7 @@ UNSCHEDULABLE = "unschedulable"  # the cause shown for a job the nodes, even emp
 
 
 @dataclass(frozen=True)
-class _Loaded:
+class LoadedJobs:
     records: list[JobRecord]
     reasons: dict[str, str]  # queued job -> its reason now
     causes: dict[str, str]  # queued job -> the cause of its newest `waiting` event
@@ -97,7 +97,7 @@ async def placement_for(session: AsyncSession, job_id: str) -> Placement | None:
     return placement_of(event) if event is not None else None
 
 
-async def _load(session: AsyncSession) -> _Loaded:
+async def load_jobs(session: AsyncSession) -> LoadedJobs:
     states = [JobState.QUEUED.value, *(s.value for s in ACTIVE_STATES)]
     query = (
         select(Job, Team.name)
@@ -138,7 +138,7 @@ async def _load(session: AsyncSession) -> _Loaded:
                 ),
             )
         )
-    return _Loaded(records, reasons, causes)
+    return LoadedJobs(records, reasons, causes)
 
 
 def _admission_reason(nodes: Iterable[str], borrowed: bool, backfilled: bool) -> str:
@@ -152,7 +152,7 @@ def _admission_reason(nodes: Iterable[str], borrowed: bool, backfilled: bool) ->
 
 
 async def _record(
-    session: AsyncSession, decided: SchedulePass, loaded: _Loaded, now: datetime
+    session: AsyncSession, decided: SchedulePass, loaded: LoadedJobs, now: datetime
 ) -> queue_view.QueueView:
     teams = {record.id: record.team for record in loaded.records}
     attempts = {record.id: record.attempt for record in loaded.records}
@@ -209,7 +209,7 @@ async def run_pass(ctx: Context) -> SchedulePass | None:
     async with ctx.redis.lock(SCHEDULER_LOCK, timeout=60, blocking_timeout=60):
         await cluster_nodes.apublish_nodes(ctx.redis, nodes)
         async with ctx.sessions.begin() as session:
-            loaded = await _load(session)
+            loaded = await load_jobs(session)
             quotas = await team_quotas(session)
             now = ctx.clock()
             decided = schedule(snapshot(nodes, quotas, loaded.records), now.timestamp())
