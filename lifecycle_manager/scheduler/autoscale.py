@@ -2,13 +2,15 @@
 
 A resize stops the job at a checkpoint and restarts it with the new learner count and
 batch, which costs `resize_cost_s` of no progress (measured by the service). A growth is
-made only when the job would still end sooner, the cost included; a shrink always is,
+made only when the job would still end sooner, the cost included (a job whose samples left
+are unknown, `math.inf`, always would, if the new size is faster); a shrink always is,
 since the GPUs it gives back are what the plan starts or grows other jobs with. A job the
 plan leaves waiting waits; a running job always keeps a size.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -50,10 +52,11 @@ def autoscale(sizings: Sequence[Sizing], gpus: int, resize_cost_s: float) -> lis
         if old is None:
             resizes.append(Resize(sizing.job.id, None, new, _start_reason(new)))
             continue
+        saved = sizing.samples_left * (1 / old.throughput - 1 / new.throughput)
+        if new.learners > old.learners and not saved > resize_cost_s:
+            continue  # the gain would not repay the stop and restart (nan: no gain at all)
         before = sizing.samples_left / old.throughput
         after = resize_cost_s + sizing.samples_left / new.throughput
-        if new.learners > old.learners and after >= before:
-            continue  # the gain would not repay the stop and restart
         resizes.append(Resize(sizing.job.id, old, new, _resize_reason(old, new, before, after)))
     return resizes
 
@@ -67,10 +70,17 @@ def _start_reason(new: Choice) -> str:
 
 def _resize_reason(old: Choice, new: Choice, before: float, after: float) -> str:
     if new.learners > old.learners:
-        return (
+        grows = (
             f"grows from {old.learners} to {new.learners} learners (global batch "
-            f"{old.global_batch} -> {new.global_batch}): expected to end in {after:,.0f} s "
-            f"rather than {before:,.0f} s, the restart included"
+            f"{old.global_batch} -> {new.global_batch}): "
+        )
+        if math.isinf(before):
+            return grows + (
+                f"{new.throughput:,.0f} rather than {old.throughput:,.0f} samples/s expected, "
+                "and no end in sight that a restart would not repay"
+            )
+        return grows + (
+            f"expected to end in {after:,.0f} s rather than {before:,.0f} s, the restart included"
         )
     return (
         f"shrinks from {old.learners} to {new.learners} learners (global batch "

@@ -12,8 +12,9 @@ step then sizes the elastic jobs among what is left (`autoscale`, the dynamic pr
   such job to start;
 - a job started or resized less than the autoscaler's interval ago keeps its size (a
   resize costs a checkpoint and a restart, and its throughput is still being measured);
-- a growth is placed like an admission (best fit over the free room and the job's own);
-  one that does not fit is dropped. A shrink keeps the first learners where they are.
+- a growth stays within the team's quota and what it may borrow, as an admission does,
+  and is placed like one (best fit over the free room and the job's own); one that does
+  not fit is dropped. A shrink keeps the first learners where they are.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
 from lifecycle_manager.scheduler.decisions import SchedulePass, WaitCause
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
-from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, RunningJob
 from lifecycle_manager.scheduler.placement import FreeCapacity, candidate_products
+from lifecycle_manager.scheduler.quota import JOBS, Need, QuotaLedger, need_of
 
 _ROOM_CAUSES = (WaitCause.CAPACITY, WaitCause.RESERVATION)
 
@@ -93,6 +95,33 @@ def _first_waiting_need(snapshot: ClusterSnapshot, decided: SchedulePass, gpus: 
     return 0
 
 
+def _quota_need(gang: Gang, product: str | None) -> Need:
+    """What more learners count against the team's quota (not another job)."""
+    return tuple((key, amount) for key, amount in need_of(gang, product) if key != JOBS)
+
+
+def _within_quota(
+    job: ElasticRunning, holding: RunningJob, ledger: QuotaLedger
+) -> tuple[Choice, ...]:
+    """The job's choices its team's quota allows: any shrink, and growth the team may
+    take on top of what it holds."""
+    if holding.team not in ledger.accounts:
+        return job.choices
+    return tuple(
+        choice
+        for choice in job.choices
+        if choice.learners <= job.current.learners
+        or ledger.block(
+            holding.team,
+            _quota_need(
+                holding.gang._replace(learners=choice.learners - job.current.learners),
+                holding.gpu_product,
+            ),
+        )
+        is None
+    )
+
+
 def _place(
     free: FreeCapacity, gang: Gang, held: Sequence[str]
 ) -> tuple[tuple[str, ...], str | None] | None:
@@ -120,6 +149,7 @@ def elastic_pass(
     running = {job.id: job for job in snapshot.running if not job.stopping}
     jobs = [job for job in elastic if job.id in running]
     free = _free_capacity(snapshot, decided)
+    ledger = QuotaLedger(snapshot.teams, snapshot.running)
     resizes: list[Resize] = []
     for gpus in (True, False):
         kind = [job for job in jobs if bool(running[job.id].gang.gpus) == gpus]
@@ -129,7 +159,7 @@ def elastic_pass(
             ElasticJob(
                 job.id,
                 _unit(running[job.id].gang),
-                job.choices if job.movable else (job.current,),
+                _within_quota(job, running[job.id], ledger) if job.movable else (job.current,),
                 running=True,
             )
             for job in kind
@@ -165,9 +195,16 @@ def elastic_pass(
         for change in grows:
             assert change.old is not None
             job = running[change.job_id]
-            gang = job.gang._replace(learners=change.new.learners)
-            placed = _place(free, gang, job.nodes)
+            more = _quota_need(
+                job.gang._replace(learners=change.new.learners - change.old.learners),
+                job.gpu_product,
+            )
+            if job.team in ledger.accounts and ledger.block(job.team, more) is not None:
+                continue  # past the team's quota and what it may borrow
+            placed = _place(free, job.gang._replace(learners=change.new.learners), job.nodes)
             if placed is None:
                 continue
+            if job.team in ledger.accounts:
+                ledger.add(job.team, more)
             resizes.append(Resize(change.job_id, change.old, change.new, *placed, change.reason))
     return resizes

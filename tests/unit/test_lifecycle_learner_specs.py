@@ -147,3 +147,25 @@ def test_without_job_users_learners_get_the_platforms_redis(tmp_path: Path) -> N
         job_token="dlaasjob_t0ken",
     )
     assert spec.env["DLAAS_REDIS_URL"] == "redis://:platform-pw@r:6379/2"
+
+
+def test_an_elastic_job_learns_its_global_batch_and_each_learner_its_share(
+    tmp_path: Path,
+) -> None:
+    manifest = {
+        "framework": {"command": "true"},
+        "elastic": {"min_learners": 1, "max_learners": 4, "min_batch_size": 8,
+                    "max_batch_size": 100},
+    }  # fmt: skip
+    specs = learner_specs(
+        job_id="j", owner_id=1, attempt=2, num_learners=3, manifest=manifest,
+        settings=settings(tmp_path),
+    )  # fmt: skip
+    assert {s.env["DLAAS_GLOBAL_BATCH_SIZE"] for s in specs} == {"100"}
+    assert [s.env["DLAAS_BATCH_SIZE"] for s in specs] == ["34", "33", "33"]
+    assert all(s.env["NUM_LEARNERS"] == "3" for s in specs)
+    (plain,) = learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=1,
+        manifest={"framework": {"command": "true"}}, settings=settings(tmp_path),
+    )  # fmt: skip
+    assert "DLAAS_GLOBAL_BATCH_SIZE" not in plain.env and "DLAAS_BATCH_SIZE" not in plain.env

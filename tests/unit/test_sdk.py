@@ -488,3 +488,10 @@ def test_parse_metric_line_refuses_huge_lines() -> None:
     padding = "x" * 70_000
     line = json.dumps({"dlaas_metric": True, "loss": 0.5, "pad": padding})
     assert parse_metric_line(line) is None
+
+
+def test_an_elastic_attempt_scales_the_learning_rate_with_its_batch() -> None:
+    e = sdk.env({"DLAAS_GLOBAL_BATCH_SIZE": "256", "DLAAS_BATCH_SIZE": "128", "WORLD_SIZE": "2"})
+    assert (e.global_batch_size, e.batch_size) == (256, 128)
+    assert e.scaled_lr(0.1, base_batch=64) == pytest.approx(0.4)
+    assert sdk.env({}).scaled_lr(0.1, base_batch=64) == 0.1  # not elastic: unchanged

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
 
@@ -39,3 +41,10 @@ def test_a_grown_job_shrinks_for_a_waiting_one() -> None:
 def test_running_jobs_that_cannot_all_fit_change_nothing() -> None:
     sizings = [running(name, ONE, 1e6) for name in "abc"]
     assert autoscale(sizings, 2, resize_cost_s=30) == []
+
+
+def test_a_job_whose_end_is_unknown_grows_when_the_new_size_is_faster() -> None:
+    [resize] = autoscale([running("a", ONE, math.inf)], 4, resize_cost_s=30)
+    assert resize.new == FOUR and "no end in sight" in resize.reason
+    flat = Sizing(ElasticJob("b", 1, (ONE, Choice(2, 128, 100.0)), running=True), ONE, math.inf)
+    assert autoscale([flat], 2, resize_cost_s=30) == []  # no faster: no restart
