@@ -53,12 +53,20 @@ class Position:
 
     delivered: dict[int, int] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
+    # the last line read from the stored log: stored lines are never numbered again, so a
+    # new attempt's live lines at or below it were delivered from there already
+    stored: dict[int, int] = field(default_factory=dict)
 
     def of(self, learner: int) -> int:
         return self.delivered.get(learner, 0)
 
     def moved_to(self, learner: int, number: int) -> None:
         self.delivered[learner] = number
+
+    def stored_through(self, learner: int, number: int) -> None:
+        """Items up to `number` were delivered from the learner's stored log."""
+        self.delivered[learner] = number
+        self.stored[learner] = max(self.stored.get(learner, 0), number)
 
     def take(self, batch: Numbered[T]) -> Taken[T]:
         """The part of `batch` this reader has not had, and the gap before it."""
@@ -68,7 +76,7 @@ class Position:
         if seen_attempt is not None and batch.attempt < seen_attempt:
             return Taken(learner, 0, batch.first, ())  # a late batch of an attempt gone by
         if seen_attempt is not None and batch.attempt > seen_attempt:
-            last = min(last, batch.first - 1)
+            last = max(min(last, batch.first - 1), self.stored.get(learner, 0))
         self.attempts[learner] = batch.attempt
         gap = max(0, batch.first - last - 1)
         skip = max(0, last - batch.first + 1)

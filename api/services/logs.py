@@ -143,6 +143,7 @@ async def follow_events(
         key = output_keys.log_key(job_id, learner)
         async for first, lines in _stored_lines(state.objects, key, position.of(learner)):
             yield b"".join(_line_events(position, learner, first, lines, None))
+            position.stored_through(learner, first + len(lines) - 1)
     after: streams.StreamId = "0-0"
     last_state_check = 0.0
     wanted = set(learners)
@@ -174,6 +175,7 @@ async def follow_events(
                 key = output_keys.log_key(job_id, learner)
                 async for first, lines in _stored_lines(state.objects, key, position.of(learner)):
                     yield b"".join(_line_events(position, learner, first, lines, None))
+                    position.stored_through(learner, first + len(lines) - 1)
             yield _sse({"state": str(final_state)}, event="end")
             return
         now = time.monotonic()
@@ -194,7 +196,7 @@ async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> Asy
         position = Position()
         key = output_keys.log_key(job_id, learner)
         async for first, lines in _stored_lines(state.objects, key, 0):
-            position.moved_to(learner, first + len(lines) - 1)
+            position.stored_through(learner, first + len(lines) - 1)
             yield "".join(line + "\n" for line in lines).encode()
         async for taken in _live_taken(state, job_id, learner, position):
             text = gap_notice(taken.gap, live=False) + "\n" if taken.gap else ""
@@ -243,7 +245,7 @@ async def metric_points_json(
         position = Position()
         key = output_keys.metrics_key(job_id, learner)
         async for first, lines in _stored_lines(state.objects, key, 0):
-            position.moved_to(learner, first + len(lines) - 1)
+            position.stored_through(learner, first + len(lines) - 1)
             points = [_point(line, learner) for line in lines if line.strip()]
             if points:
                 yield separator + b",".join(points)

@@ -54,6 +54,17 @@ def test_a_new_attempt_is_followed_from_its_own_first_line() -> None:
     assert list(position.take(batch(990, 5, attempt=0)).items) == []  # late, of an attempt gone
 
 
+def test_a_later_attempt_already_in_the_stored_log_is_not_repeated() -> None:
+    # the job ended: its stored log holds attempt 0 (lines 1-356) and attempt 1 (357-868),
+    # and both attempts' batches are still in the live stream
+    position = Position()
+    position.stored_through(1, 868)
+    assert list(position.take(batch(1, 356, attempt=0)).items) == []
+    assert list(position.take(batch(357, 512, attempt=1)).items) == []
+    taken = position.take(batch(869, 3, attempt=1))
+    assert (taken.gap, taken.first, len(taken.items)) == (0, 869, 3)
+
+
 def test_positions_round_trip_and_bad_ones_are_refused() -> None:
     position = Position({1: 12, 3: 4, 2: 0})
     assert encode_position(position) == "1:12,3:4"
