@@ -110,22 +110,21 @@ def format_seconds(value: float | None) -> str:
     """A short span: "50 us", "12.5 ms", "1.25 s", else as `format_duration`."""
     if value is None:
         return "-"
-    if value < 1e-3:
-        return f"{value * 1e6:.3g} us"
-    if value < 1:
-        return f"{value * 1e3:.3g} ms"
-    if value < 60:
+    for scale, unit in ((1e6, "us"), (1e3, "ms")):
+        if value * scale < 999.5:  # what .3g shows as at most 999
+            return f"{value * scale:.3g} {unit}"
+    if value < 59.5:
         return f"{value:.3g} s"
     return format_duration(value)
 
 
 def format_duration(value: float | None) -> str:
-    """A long span: "45s", "12m 30s", "2h 05m", "3d 4h"; "-" for none."""
+    """A long span: "5.39 s", "12m 30s", "2h 05m", "3d 4h"; "-" for none."""
     if value is None:
         return "-"
+    if value < 59.5:
+        return format_seconds(value)
     seconds = round(value)
-    if seconds < 60:
-        return f"{value:.3g}s" if value < 10 else f"{seconds}s"
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86_400
     if hours == 0:
         return f"{minutes}m {seconds % 60:02d}s"
