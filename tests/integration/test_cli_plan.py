@@ -85,9 +85,7 @@ async def test_the_table_marks_the_recommendation_and_json_is_the_apis(
     assert "all-reduce over links of 1.25 GB/s and 50 us latency" in shown.stderr
 
 
-async def test_without_samples_the_time_to_finish_is_a_dash(
-    cli: CliOnApi, tmp_path: Path
-) -> None:
+async def test_without_samples_the_time_to_finish_is_a_dash(cli: CliOnApi, tmp_path: Path) -> None:
     manifest = _manifest(tmp_path, MANIFEST.replace("  samples: 6000000\n", ""))
     shown = await cli.dlaas(ADMIN_TOKEN, "plan", str(manifest))
     assert shown.exit_code == 0, shown.output

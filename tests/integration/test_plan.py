@@ -15,7 +15,9 @@ framework:
   name: pytorch
   command: python train.py
 """
-ELASTIC = FRAMEWORK + b"""
+ELASTIC = (
+    FRAMEWORK
+    + b"""
 learners: 2
 elastic:
   min_learners: 1
@@ -29,10 +31,14 @@ performance:
   model_bytes: 50000000
   samples: 6000000
 """
-FIXED = FRAMEWORK + b"""
+)
+FIXED = (
+    FRAMEWORK
+    + b"""
 learners: 3
 performance: {sample_seconds: 0.01, model_bytes: 1000000, batch_size: 64}
 """
+)
 YAML = {"content-type": "application/yaml"}
 
 
