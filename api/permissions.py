@@ -98,6 +98,7 @@ PERMISSIONS: dict[str, Rule] = {
     "GET /v2/usage": Rule(_P, _ANY, "see their own usage"),
     "GET /v2/cluster": Rule(_P, _ANY, "see the cluster"),
     "GET /v2/queue": Rule(_P, _ANY, "see their teams' waiting jobs"),
+    "POST /v2/plan": Rule(_P, _ANY, "plan jobs"),
 }
 
 

@@ -134,6 +134,12 @@ class DlaasClient(TenancyCalls):
             }
             return self._json("POST", "/v2/jobs", files=files, data=data, timeout=_upload_timeout())
 
+    def plan(self, manifest: Path) -> dict[str, Any]:
+        """`POST /v2/plan` with the manifest as a submission sends it (multipart `manifest`)."""
+        with manifest.open("rb") as mf:
+            files = {"manifest": (manifest.name, mf, "application/x-yaml")}
+            return self._json("POST", "/v2/plan", files=files)
+
     def jobs_page(
         self,
         *,

@@ -9,6 +9,7 @@ from cli import (
     data,
     jobs,
     logs,
+    plan,
     queue,
     results,
     secrets,
@@ -49,6 +50,7 @@ def main(
 
 register_up(app)
 jobs.register(app)
+plan.register(app)
 logs.register(app)
 results.register(app)
 data.register(app)

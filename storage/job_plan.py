@@ -3,7 +3,9 @@ expects (step time, throughput, time to finish, scaling efficiency), and which t
 
 The recommendation is the candidate with the fewest learners whose time to finish is within
 `WITHIN` of the fastest one's (fewer learners at a larger batch when that ties): past that
-point more GPUs buy little time, and they are GPUs other jobs could use.
+point more GPUs buy little time, and they are GPUs other jobs could use. Time to finish is
+the samples over the throughput, so without a count of samples the same choice is made on
+the throughput alone (within `WITHIN` of the highest).
 
 It lives beside the stored job because both sides read it: the API answers `POST /v2/plan`
 with it, and the lifecycle manager's autoscaler sizes elastic jobs by the same figures.
@@ -31,7 +33,7 @@ class Candidate:
     global_batch: int
     step_s: float
     throughput: float  # samples a second
-    time_to_finish_s: float
+    time_to_finish_s: float | None  # None: the job's samples are not known
     scaling_efficiency: float
     recommended: bool = False
 
@@ -54,10 +56,11 @@ def plan(
     network: Network,
     exchange: Exchange,
     shapes: Iterable[tuple[int, int]],
-    samples: float,
+    samples: float | None,
 ) -> list[Candidate]:
     """Every (learners, global batch) of `shapes` that gives each learner at least one
-    sample, by learners then batch, the recommended one marked."""
+    sample, by learners then batch, the recommended one marked. Without `samples` no time
+    to finish is predicted, and the recommendation goes by throughput."""
     found = []
     for learners, global_batch in sorted(set(shapes)):
         if learners < 1 or global_batch < learners:
@@ -70,15 +73,16 @@ def plan(
                 global_batch,
                 step,
                 throughput,
-                samples / throughput,
+                None if samples is None else samples / throughput,
                 scaling_efficiency(costs, network, learners, global_batch, exchange),
             )
         )
     if not found:
         return []
-    fastest = min(c.time_to_finish_s for c in found)
+    # seconds a sample: the time to finish over the samples, whatever their number
+    fastest = min(1 / c.throughput for c in found)
     pick = min(
-        (c for c in found if c.time_to_finish_s <= fastest * (1 + WITHIN)),
+        (c for c in found if 1 / c.throughput <= fastest * (1 + WITHIN)),
         key=lambda c: (c.learners, -c.global_batch),
     )
     return [replace(c, recommended=True) if c is pick else c for c in found]

@@ -44,6 +44,7 @@ EXPECTED: dict[str, tuple[Scope, Level]] = {
     "GET /v2/usage": (Scope.PLATFORM, Level.SIGNED_IN),
     "GET /v2/cluster": (Scope.PLATFORM, Level.SIGNED_IN),
     "GET /v2/queue": (Scope.PLATFORM, Level.SIGNED_IN),
+    "POST /v2/plan": (Scope.PLATFORM, Level.SIGNED_IN),
 }
 
 # Callers: (platform admin?, role in the team the row's scope names)

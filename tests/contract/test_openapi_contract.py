@@ -6,7 +6,8 @@ requests (schemathesis' coverage and fuzzing phases, which also send the methods
 not take), then the API is driven as a state machine along the links schemathesis infers
 (a submitted job's Location), so real jobs are read, halted, resumed and deleted. A
 submission's parts are YAML and a zip, which a JSON schema cannot describe: schemathesis is
-given generators of valid ones for those media types, so that valid submissions are accepted.
+given generators of valid ones for those media types, so that valid submissions (and plans,
+which take the same YAML) are accepted.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ EXAMPLES_PER_OPERATION = int(os.environ.get("DLAAS_CONTRACT_EXAMPLES", "25"))
 STATEFUL_RUNS = max(20, EXAMPLES_PER_OPERATION * 4 // 5)
 STEPS_PER_RUN = 6
 
+# with what a step costs, so that a plan (POST /v2/plan) of one is answered too
 MANIFESTS = st.builds(
-    "name: {}\nlearners: {}\nframework:\n  name: pytorch\n  command: python train.py\n".format,
+    "name: {}\nlearners: {}\nframework:\n  name: pytorch\n  command: python train.py\n"
+    "performance: {{sample_seconds: {}, batch_size: {}}}\n".format,
     st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True),
     st.integers(min_value=1, max_value=4),
+    st.sampled_from([0.001, 0.01, 0.5]),
+    st.integers(min_value=4, max_value=1024),
 ).map(str.encode)
 schemathesis.openapi.media_type("application/yaml", MANIFESTS)
 schemathesis.openapi.media_type("application/zip", st.just(MODEL_ZIP))
@@ -105,7 +110,7 @@ def test_every_operation_was_exercised(
     contract_schema: OpenApiSchema, requests_sent: Counter[str]
 ) -> None:
     operations = {result.ok().label for result in contract_schema.get_all_operations()}
-    assert len(operations) == 40, sorted(operations)
+    assert len(operations) == 41, sorted(operations)
     assert set(requests_sent) == operations
 
 

@@ -14,9 +14,12 @@ from typing import Any
 
 import httpx
 import uvicorn
+from click.testing import Result
 from fastapi import FastAPI
+from typer.testing import CliRunner
 
 from api.app import create_app
+from cli.main import app as cli_app
 from storage import cluster_nodes, queue_view
 from storage.settings import Settings
 from tests.services import free_port
@@ -151,3 +154,19 @@ async def served(app: FastAPI) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         await serving
+
+
+@dataclass
+class CliOnApi:
+    """The `dlaas` command against `api` served over a socket at `url` (`served`)."""
+
+    api: Harness
+    url: str
+
+    async def dlaas(self, token: str | None, *args: str) -> Result:
+        """`dlaas ARGS` as the holder of `token` (None: no token), in a thread: the API
+        serves on this loop."""
+        argv = [*args, "--url", self.url, *(("--token", token) if token is not None else ())]
+        # wide enough that no column of a table is cut
+        env = {"COLUMNS": "240", "DLAAS_TOKEN": None}
+        return await asyncio.to_thread(CliRunner().invoke, cli_app, argv, env=env)

@@ -2,6 +2,7 @@
 
 api            -> Harness   the API on SQLite, then on PostgreSQL (one test run per
                             database), with Redis and a local object store
+cli            -> CliOnApi  `api` served over a socket, and the `dlaas` command run against it
 api_on_stores  -> Harness   the API on PostgreSQL with a local object store, then with
                             S3 (SeaweedFS)
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from storage.settings import Settings
-from tests.integration.api_harness import Harness, running_api
+from tests.integration.api_harness import CliOnApi, Harness, running_api, served
 
 _S3_FIELDS = frozenset(
     {"object_store", "s3_endpoint_url", "s3_bucket", "s3_access_key", "s3_secret_key", "s3_region"}
@@ -30,6 +31,15 @@ async def api(
         database_url = f"sqlite+aiosqlite:///{tmp_path / 'api.db'}"
     async with running_api(database_url, redis_url, tmp_path / "objects") as harness:
         yield harness
+
+
+@pytest.fixture
+async def cli(
+    api: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[CliOnApi]:
+    monkeypatch.setenv("DLAAS_HOME", str(tmp_path / "home"))
+    async with served(api.app) as port:
+        yield CliOnApi(api, f"http://127.0.0.1:{port}")
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -3,44 +3,14 @@ and PostgreSQL: the command runs in a thread while the API answers on the test's
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
-from click.testing import Result
-from typer.testing import CliRunner
-
-from cli.main import app
 from storage.queue_view import QUEUE_KEY, QueuedJob, QueueView, apublish_queue
-from tests.integration.api_harness import ADMIN_TOKEN, ApiUser, Harness, served, submit
+from tests.integration.api_harness import ADMIN_TOKEN, ApiUser, CliOnApi, submit
 
 
-@dataclass
-class Served:
-    api: Harness
-    url: str
-
-    async def dlaas(self, token: str, *args: str) -> Result:
-        """`dlaas ARGS` as the holder of `token`, in a thread: the API serves on this loop."""
-        argv = [*args, "--url", self.url, "--token", token]
-        # wide enough that no column of a table is cut
-        return await asyncio.to_thread(CliRunner().invoke, app, argv, env={"COLUMNS": "240"})
-
-
-@pytest.fixture
-async def cli(
-    api: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Served]:
-    monkeypatch.setenv("DLAAS_HOME", str(tmp_path / "home"))
-    async with served(api.app) as port:
-        yield Served(api, f"http://127.0.0.1:{port}")
-
-
-async def test_a_platform_admin_sets_a_quota_and_a_member_reads_it(cli: Served) -> None:
+async def test_a_platform_admin_sets_a_quota_and_a_member_reads_it(cli: CliOnApi) -> None:
     member = await cli.api.add_user("member")
     team = await cli.api.add_team("vision", {member: "member"})
 
@@ -74,7 +44,7 @@ async def test_a_platform_admin_sets_a_quota_and_a_member_reads_it(cli: Served) 
     assert json.loads(read.output) == quota
 
 
-async def test_quota_refusals_name_the_option_or_the_field(cli: Served) -> None:
+async def test_quota_refusals_name_the_option_or_the_field(cli: CliOnApi) -> None:
     lead = await cli.api.add_user("lead")
     team = await cli.api.add_team("vision", {lead: "team_admin"})
     refused = await cli.dlaas(lead.token, "team", "quota", team, "--jobs", "100")
@@ -94,7 +64,7 @@ async def _job(user: ApiUser, team: str) -> str:
     return str(answer.json()["id"])
 
 
-async def test_dlaas_queue_lists_the_callers_waiting_jobs_in_order(cli: Served) -> None:
+async def test_dlaas_queue_lists_the_callers_waiting_jobs_in_order(cli: CliOnApi) -> None:
     await cli.api.app.state.dlaas.redis.delete(QUEUE_KEY)
     ana, bo = await cli.api.add_user("ana"), await cli.api.add_user("bo")
     vision = await cli.api.add_team("vision", {ana: "member"})

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from api.permissions import PERMISSIONS, Decision
-from tests.integration.api_harness import ApiUser, Harness, submit
+from tests.integration.api_harness import MANIFEST, ApiUser, Harness, submit
 from tests.permission_expectations import CALLERS, EXPECTED, expected_decision
 
 
@@ -166,6 +166,14 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
     "GET /v2/usage": (lambda w, c: c.get("/v2/usage"), 200),
     "GET /v2/cluster": (lambda w, c: c.get("/v2/cluster"), 200),
     "GET /v2/queue": (lambda w, c: c.get("/v2/queue"), 200),
+    "POST /v2/plan": (
+        lambda w, c: c.post(
+            "/v2/plan",
+            content=MANIFEST + b"performance: {sample_seconds: 0.01, batch_size: 64}\n",
+            headers={"content-type": "application/yaml"},
+        ),
+        200,
+    ),
 }
 
 

@@ -47,3 +47,17 @@ def test_the_recommendation_is_the_fewest_learners_near_the_fastest() -> None:
 def test_shapes_with_fewer_samples_than_learners_are_left_out() -> None:
     costs = ModelCosts(sample_s=0.002, step_overhead_s=0.01, model_bytes=1 << 20)
     assert plan(costs, NETWORK, Exchange.ALL_REDUCE, [(4, 2), (0, 8)], SAMPLES) == []
+
+
+def test_without_samples_the_pick_goes_by_throughput_and_no_time_is_predicted() -> None:
+    """The time to finish is the samples over the throughput: the same pick either way."""
+    fixed = [(n, 128) for n in (1, 2, 4, 8, 16)]
+    costs = ModelCosts(sample_s=0.0005, step_overhead_s=0.01, model_bytes=20 << 20)
+    known = plan(costs, NETWORK, Exchange.ALL_REDUCE, fixed, SAMPLES)
+    unknown = plan(costs, NETWORK, Exchange.ALL_REDUCE, fixed, None)
+    assert all(c.time_to_finish_s is None for c in unknown)
+    assert [c.recommended for c in unknown] == [c.recommended for c in known]
+    assert [c.throughput for c in unknown] == [c.throughput for c in known]
+    (pick,) = [c for c in unknown if c.recommended]
+    best = max(c.throughput for c in unknown)
+    assert pick.learners == 4 and pick.throughput >= best / (1 + WITHIN)
