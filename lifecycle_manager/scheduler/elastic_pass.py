@@ -10,6 +10,9 @@ step then sizes the elastic jobs among what is left (`autoscale`, the dynamic pr
 - while a job waits for room (`WaitCause.CAPACITY` or `RESERVATION`), elastic jobs do not
   grow, and they shrink, down to their smallest size, when that frees enough for the first
   such job to start;
+- while a job waits for its own team's quota (`TEAM_QUOTA`), its team's elastic jobs do
+  not grow, and they shrink, a learner at a time off the job that loses least by it, when
+  that brings the team's quota down far enough for the job to start;
 - a job started or resized less than the autoscaler's interval ago keeps its size (a
   resize costs a checkpoint and a restart, and its throughput is still being measured);
 - a growth stays within the team's quota and what it may borrow, as an admission does,
@@ -21,12 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
 from lifecycle_manager.scheduler.decisions import SchedulePass, WaitCause
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
-from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, RunningJob
+from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob, RunningJob
 from lifecycle_manager.scheduler.placement import FreeCapacity, candidate_products
 from lifecycle_manager.scheduler.quota import JOBS, Need, QuotaLedger, need_of
 
@@ -139,6 +142,92 @@ def _place(
     return None
 
 
+def _shrink(free: FreeCapacity, job: RunningJob, old: Choice, new: Choice, reason: str) -> Resize:
+    """A shrink keeps the first learners where they are and gives back the others' room."""
+    for node in job.nodes[new.learners :]:
+        if node in free.index:
+            free.give(free.index[node], job.gang.gpus, job.gang.millicpus, job.gang.memory)
+    return Resize(job.id, old, new, job.nodes[: new.learners], job.gpu_product, reason)
+
+
+def _quota_reason(old: Choice, new: Choice, waiter: PendingJob) -> str:
+    return (
+        f"shrinks from {old.learners} to {new.learners} learners (global batch "
+        f"{old.global_batch} -> {new.global_batch}) so that job {waiter.id} of the same team "
+        "starts within the team's quota"
+    )
+
+
+def _quota_waiter(snapshot: ClusterSnapshot, decided: SchedulePass) -> PendingJob | None:
+    """The first job waiting for its own team's quota (not for room)."""
+    pending = {job.id: job for job in snapshot.pending}
+    for waiting in decided.waiting:
+        if waiting.cause is WaitCause.TEAM_QUOTA and waiting.job_id in pending:
+            return pending[waiting.job_id]
+    return None
+
+
+def _shrink_for_quota(
+    waiter: PendingJob,
+    jobs: Sequence[ElasticRunning],
+    running: dict[str, RunningJob],
+    ledger: QuotaLedger,
+) -> dict[str, Choice]:
+    """New sizes for the waiter's team's elastic jobs so that its quota takes the waiter:
+    one learner at a time off the job that loses the least throughput by it. Nothing
+    unless that gets there with every job at or above its smallest size."""
+    team = waiter.team
+    if team not in ledger.accounts:
+        return {}
+    trial = ledger.copy()
+    sizes = {job.id: job.current for job in jobs if running[job.id].team == team and job.movable}
+    choices = {job.id: {c.learners: c for c in job.choices} for job in jobs if job.id in sizes}
+    need = need_of(waiter.gang, waiter.gang.gpu_product)
+    while trial.block(team, need) is not None:
+        smaller = [
+            (choices[job_id][size.learners - 1].throughput / size.throughput, job_id)
+            for job_id, size in sizes.items()
+            if size.learners - 1 in choices[job_id]
+        ]
+        if not smaller:
+            return {}
+        _, job_id = max(smaller)
+        holding = running[job_id]
+        trial.remove(team, _quota_need(holding.gang._replace(learners=1), holding.gpu_product))
+        sizes[job_id] = choices[job_id][sizes[job_id].learners - 1]
+    return {
+        job.id: sizes[job.id] for job in jobs if job.id in sizes and sizes[job.id] != job.current
+    }
+
+
+def _give_back_quota(
+    waiter: PendingJob,
+    jobs: list[ElasticRunning],
+    running: dict[str, RunningJob],
+    ledger: QuotaLedger,
+    free: FreeCapacity,
+    resizes: list[Resize],
+) -> list[ElasticRunning]:
+    """Shrink the waiter's team's elastic jobs for it (appended to `resizes`, their room
+    and quota given back); the jobs as the optimizer then sees them, the team's held at
+    their sizes, so that none grows into what was given back."""
+    shrunk = _shrink_for_quota(waiter, jobs, running, ledger)
+    for job in jobs:
+        if job.id not in shrunk:
+            continue
+        holding, new = running[job.id], shrunk[job.id]
+        reason = _quota_reason(job.current, new, waiter)
+        resizes.append(_shrink(free, holding, job.current, new, reason))
+        fewer = holding.gang._replace(learners=job.current.learners - new.learners)
+        ledger.remove(holding.team, _quota_need(fewer, holding.gpu_product))
+    return [
+        replace(job, current=shrunk.get(job.id, job.current), movable=False)
+        if running[job.id].team == waiter.team
+        else job
+        for job in jobs
+    ]
+
+
 def elastic_pass(
     snapshot: ClusterSnapshot,
     decided: SchedulePass,
@@ -151,6 +240,9 @@ def elastic_pass(
     free = _free_capacity(snapshot, decided)
     ledger = QuotaLedger(snapshot.teams, snapshot.running)
     resizes: list[Resize] = []
+    waiter = _quota_waiter(snapshot, decided)
+    if waiter is not None:
+        jobs = _give_back_quota(waiter, jobs, running, ledger, free, resizes)
     for gpus in (True, False):
         kind = [job for job in jobs if bool(running[job.id].gang.gpus) == gpus]
         if not kind:
@@ -184,27 +276,25 @@ def elastic_pass(
         grows = [r for r in decided_sizes if r.old is not None and r.new.learners >= r.old.learners]
         for change in shrinks:
             assert change.old is not None
-            job = running[change.job_id]
-            keep = job.nodes[: change.new.learners]
-            for node in job.nodes[change.new.learners :]:
-                if node in free.index:
-                    free.give(free.index[node], job.gang.gpus, job.gang.millicpus, job.gang.memory)
             resizes.append(
-                Resize(change.job_id, change.old, change.new, keep, job.gpu_product, change.reason)
+                _shrink(free, running[change.job_id], change.old, change.new, change.reason)
             )
         for change in grows:
             assert change.old is not None
-            job = running[change.job_id]
+            holding = running[change.job_id]
             more = _quota_need(
-                job.gang._replace(learners=change.new.learners - change.old.learners),
-                job.gpu_product,
+                holding.gang._replace(learners=change.new.learners - change.old.learners),
+                holding.gpu_product,
             )
-            if job.team in ledger.accounts and ledger.block(job.team, more) is not None:
+            team = holding.team
+            if team in ledger.accounts and ledger.block(team, more) is not None:
                 continue  # past the team's quota and what it may borrow
-            placed = _place(free, job.gang._replace(learners=change.new.learners), job.nodes)
+            placed = _place(
+                free, holding.gang._replace(learners=change.new.learners), holding.nodes
+            )
             if placed is None:
                 continue
-            if job.team in ledger.accounts:
-                ledger.add(job.team, more)
+            if team in ledger.accounts:
+                ledger.add(team, more)
             resizes.append(Resize(change.job_id, change.old, change.new, *placed, change.reason))
     return resizes

@@ -12,13 +12,18 @@ import pytest
 
 from tests.platform import Platform, Shown
 
-__all__ = ["Platform", "Shown", "platform"]
+__all__ = ["Platform", "Shown", "platform", "platform_with"]
 
 
-@pytest.fixture(scope="package")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    running = Platform.up(tmp_path_factory.mktemp("dlaas-home"))
+def platform_with(factory: pytest.TempPathFactory, **settings: str) -> Iterator[Platform]:
+    """A platform of its own with these settings, for a fixture to yield from."""
+    running = Platform.up(factory.mktemp("dlaas-home"), settings)
     try:
         yield running
     finally:
         running.down()
+
+
+@pytest.fixture(scope="package")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    yield from platform_with(tmp_path_factory)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Platform, Shown
+from tests.e2e.conftest import Platform, Shown, platform_with
 
 pytestmark = pytest.mark.e2e
 
@@ -22,17 +22,13 @@ SHORT = "import time\nprint('short job', flush=True)\ntime.sleep({seconds})\npri
 
 @pytest.fixture(scope="module")
 def pretend_gpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    settings = {
-        "DLAAS_LOCAL_GPUS": "2",
-        "DLAAS_LOCAL_GPU_PRODUCT": "T4",
-        "DLAAS_LOCAL_CPUS": "16",
-        "DLAAS_LOCAL_MEMORY": "64GiB",
-    }
-    running = Platform.up(tmp_path_factory.mktemp("dlaas-home"), settings)
-    try:
-        yield running
-    finally:
-        running.down()
+    yield from platform_with(
+        tmp_path_factory,
+        DLAAS_LOCAL_GPUS="2",
+        DLAAS_LOCAL_GPU_PRODUCT="T4",
+        DLAAS_LOCAL_CPUS="16",
+        DLAAS_LOCAL_MEMORY="64GiB",
+    )
 
 
 def _kinds(shown: Shown) -> list[str]:

@@ -24,12 +24,18 @@ def elastic(job_id: str, learners: int, movable: bool = True) -> ElasticRunning:
 
 
 def snapshot(
-    *, gpus: int, quota: int = 64, borrow: int = 0, held: int = 1, waiting: tuple[str, int] = ()
+    *,
+    gpus: int,
+    quota: int = 64,
+    borrow: int = 0,
+    held: int = 1,
+    waiting: tuple[str, int] = (),
+    waiting_team: str = "u",
 ) -> ClusterSnapshot:
     """One node of `gpus` GPUs; e (team t) holds `held` of them; `waiting` (id, GPUs) of
-    team u is queued."""
+    `waiting_team` is queued."""
     nodes = gpu_nodes(1, gpus=gpus)
-    queued = (pending(waiting[0], "u", gpus=waiting[1]),) if waiting else ()
+    queued = (pending(waiting[0], waiting_team, gpus=waiting[1]),) if waiting else ()
     return ClusterSnapshot(
         nodes=tuple(nodes),
         teams=(team("t", gpus=quota, borrow=borrow), team("u", gpus=64)),
@@ -71,6 +77,18 @@ def test_a_job_waiting_on_its_quota_does_not_shrink_others() -> None:
     shot = snapshot(gpus=4, held=4, waiting=("w", 1))
     quota_wait = SchedulePass((), (), (Waiting("w", 1, WaitCause.TEAM_QUOTA, "quota", None),))
     assert elastic_pass(shot, quota_wait, [elastic("e", 4)], 30) == []
+
+
+def test_a_job_waiting_on_its_own_teams_quota_makes_the_teams_elastic_job_shrink() -> None:
+    # team t's quota is 4 GPUs, all held by e, and w of team t waits for one of them
+    shot = snapshot(gpus=8, quota=4, held=4, waiting=("w", 1), waiting_team="t")
+    quota_wait = SchedulePass((), (), (Waiting("w", 1, WaitCause.TEAM_QUOTA, "quota", None),))
+    [resize] = elastic_pass(shot, quota_wait, [elastic("e", 4)], 30)
+    assert (resize.old.learners, resize.new.learners) == (4, 3)  # and no growth after
+    assert "so that job w of the same team starts within the team's quota" in resize.reason
+    # a job the quota could not hold even with e at its smallest: nothing shrinks for it
+    too_big = snapshot(gpus=8, quota=4, held=4, waiting=("w", 4), waiting_team="t")
+    assert elastic_pass(too_big, quota_wait, [elastic("e", 4)], 30) == []
 
 
 def test_growth_stays_within_the_team_quota() -> None:
