@@ -11,6 +11,9 @@ the samples it must process (the same at any batch in its range), so that at its
 would run a log-normal time (median an hour). Loads: the GPU-time the jobs would take at
 their requests, 0.5 (light), 0.8 (medium) and 1.2 (heavy) times the cluster's.
 
+The cluster: 8 nodes of 8 GPUs, one team whose quota is all of them (the trace is one
+organisation's; quotas between teams are `bench/sched_sim.py`'s subject).
+
 Policies, all on the same trace:
 - `dlaas`: `lifecycle_manager.scheduler.autoscale` over every running job and the waiting
   ones in arrival order, each with its choices of learners and the largest batch each may
@@ -25,10 +28,16 @@ Policies, all on the same trace:
 
 Figures per load and policy: `completed_in_horizon` (jobs ended by the last arrival),
 `mean_jct_s` (every job, arrival to end, the cluster drained after the last arrival),
-`median_jct_s`, `utilization` (GPU-seconds held / 64 x the horizon), `resizes`. The FINAL
-line's headline keys are the heavy load's: `jobs_completed_ratio_vs_paper` (ours over the
-paper's baseline; target 2 or more), `mean_jct_ratio_vs_paper` (target 0.2 or less) and
-`mean_jct_ratio_vs_tiresias` (target 0.7 or less).
+`median_jct_s`, `mean_wait_s` (arrival to first start), `utilization` (GPU-seconds held /
+64 x the horizon), `paused` (the share of them held by jobs restarting after a resize or
+a preemption), `idle_while_waiting` (GPUs free while a job waited, the same way),
+`resizes`. The FINAL line's headline keys are the heavy load's:
+`jobs_completed_ratio_vs_paper` (ours over the paper's baseline; target 2 or more),
+`mean_jct_ratio_vs_paper` (target 0.2 or less) and `mean_jct_ratio_vs_tiresias` (target
+0.7 or less); and `floor_gpu_time_ratio_paper_vs_dlaas`, the GPU-time the heavy trace's
+jobs need at their floors with the batch they asked for over the same with the batch
+free: a queue holds every job at its floor, so this bounds how many more jobs `dlaas` can
+end than `paper_baseline` once both are overloaded.
 
 Run from the repository root: `python -m bench.elastic_sim` (a few minutes). The last line
 is the FINAL line, one JSON object `{"bench": "elastic_sim", ...}`.
@@ -46,11 +55,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench._latency_stats import rounded
+from lifecycle_manager.scheduler import GIB, Node, Quota, Team
 from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
 from storage.performance_model import Exchange, ModelCosts, Network, throughput
 
-GPUS = 64
+NODES = tuple(Node(f"n{i}", 8, "A100", 64_000, 512 * GIB) for i in range(8))
+GPUS = sum(node.gpus for node in NODES)
+TEAM = "t"  # one team, its quota the whole cluster: the trace is one organisation's
+TEAMS = (Team(TEAM, Quota({"A100": GPUS})),)
 MAX_LEARNERS = 16
 LOADS = {"light": 0.5, "medium": 0.8, "heavy": 1.2}
 ASKED_GPUS = (1, 1, 1, 1, 1, 2, 2, 4, 4, 8)
@@ -76,7 +89,7 @@ class TraceJob:
 
 def make_trace(seed: int, load: float, days: float) -> list[TraceJob]:
     rng = random.Random(seed)
-    jobs = []
+    jobs: list[TraceJob] = []
     drawn = [_draw_job(rng, i) for i in range(2000)]
     mean_gpu_s = statistics.fmean(j.asked.learners * j.samples / j.asked.throughput for j in drawn)
     rate = load * GPUS / mean_gpu_s
@@ -139,6 +152,12 @@ class SimJob:
     attained_gpu_s: float = 0.0
     ended: float | None = None
     preempted: bool = False
+    nodes: list[str] = field(default_factory=list)  # learner i's node, learner 1 first
+    started: float | None = None
+
+    @property
+    def floor(self) -> int:
+        return min(c.learners for c in self.choices)
 
     def rate(self) -> float:
         return self.current.throughput if self.current else 0.0
@@ -156,8 +175,11 @@ class Simulation:
     jobs: list[SimJob] = field(default_factory=list)
     resizes: int = 0
     busy_gpu_s: float = 0.0
+    paused_gpu_s: float = 0.0  # held by jobs restarting after a resize or a preemption
+    idle_waiting_gpu_s: float = 0.0  # free while some job waited
     horizon: float = 0.0
     completed_in_horizon: int = 0
+    free: dict[str, int] = field(default_factory=lambda: {n.name: n.gpus for n in NODES})
 
     def __post_init__(self) -> None:
         fixed = self.policy_name == "paper_baseline"
@@ -181,12 +203,13 @@ class Simulation:
             arrive = upcoming.trace.arrival if upcoming is not None else math.inf
             tick = next_pass if active else math.inf  # re-weighs growth now and then
             at = min(end, arrive, tick)
-            self._advance(running, now, at)
+            self._advance(running, now, at, waiting=len(active) > len(running))
             now = at
             if at == end:
                 for job in running:
                     if job.trace.samples - job.done <= 1e-6 * job.trace.samples:
-                        job.ended, job.current = now, None
+                        job.ended = now
+                        self._hold(job, None)
                         if now <= self.horizon:
                             self.completed_in_horizon += 1
                 active = [j for j in active if j.ended is None]
@@ -197,35 +220,69 @@ class Simulation:
             policy(self, now, active)
             next_pass = now + PASS_EVERY_S
 
-    def _advance(self, running: list[SimJob], now: float, until: float) -> None:
+    def _advance(self, running: list[SimJob], now: float, until: float, waiting: bool) -> None:
+        span = min(until, self.horizon) - min(now, self.horizon)
+        if waiting:
+            self.idle_waiting_gpu_s += sum(self.free.values()) * span
         for job in running:
             assert job.current is not None
             gpus = job.current.learners
-            self.busy_gpu_s += gpus * (min(until, self.horizon) - min(now, self.horizon))
+            self.busy_gpu_s += gpus * span
             job.attained_gpu_s += gpus * (until - now)
+            paused = min(until, job.paused_until, self.horizon) - min(now, self.horizon)
+            self.paused_gpu_s += gpus * max(0.0, paused)
             working = until - max(now, job.paused_until)
             if working > 0:
                 job.done = min(job.trace.samples, job.done + working * job.rate())
 
-    def start(self, job: SimJob, choice: Choice, now: float) -> None:
+    def start(self, job: SimJob, choice: Choice, now: float, on: tuple[str, ...] = ()) -> None:
         if job.preempted:  # resuming from its checkpoint
             job.paused_until = now + self.resize_cost_s
             job.preempted = False
-        job.current = choice
+        if job.started is None:
+            job.started = now
+        self._hold(job, choice, on)
 
     def resize(self, job: SimJob, choice: Choice, now: float) -> None:
-        job.current = choice
+        self._hold(job, choice)
         job.paused_until = now + self.resize_cost_s
         self.resizes += 1
 
+    def stop(self, job: SimJob) -> None:
+        """Preempted: back to the queue, its progress kept (checkpointed)."""
+        self._hold(job, None)
+        job.preempted = True
+
+    def _hold(self, job: SimJob, choice: Choice | None, on: tuple[str, ...] = ()) -> None:
+        """Run `job` with `choice` (None: not at all): a shrink stops its last learners, a
+        growth places the new ones on `on` first, then wherever most GPUs are free."""
+        learners = choice.learners if choice is not None else 0
+        while len(job.nodes) > learners:
+            self.free[job.nodes.pop()] += 1
+        preferred = list(on[len(job.nodes) :])
+        while len(job.nodes) < learners:
+            node = next((n for n in preferred if self.free[n] > 0), None)
+            if node is None:
+                node = max(self.free, key=self.free.__getitem__)
+            if self.free[node] <= 0:
+                raise RuntimeError(f"no GPU left for {job.trace.id}: the policy overcommitted")
+            self.free[node] -= 1
+            job.nodes.append(node)
+        job.current = choice
+
     def figures(self) -> dict[str, object]:
         jct = [j.ended - j.trace.arrival for j in self.jobs if j.ended is not None]
+        waits = [j.started - j.trace.arrival for j in self.jobs if j.started is not None]
+        capacity = GPUS * self.horizon
         return {
             "jobs": len(self.jobs),
             "completed_in_horizon": self.completed_in_horizon,
             "mean_jct_s": rounded(statistics.fmean(jct), 1),
             "median_jct_s": rounded(statistics.median(jct), 1),
-            "utilization": rounded(self.busy_gpu_s / (GPUS * self.horizon), 3),
+            "mean_wait_s": rounded(statistics.fmean(waits), 1),
+            "utilization": rounded(self.busy_gpu_s / capacity, 3),
+            "idle_while_waiting": rounded(self.idle_waiting_gpu_s / capacity, 4),
+            "paused": rounded(self.paused_gpu_s / capacity, 4),
             "resizes": self.resizes,
         }
 
@@ -234,12 +291,12 @@ def elastic_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
     """The autoscaler over the running jobs and, in arrival order, as many waiting ones as
     could start at their smallest size."""
     running = [j for j in active if j.current is not None]
-    free = GPUS - sum(min(c.learners for c in j.choices) for j in running)
+    free = GPUS - sum(j.floor for j in running)
     waiting = []
     for job in active:
         if job.current is None and free > 0:
             waiting.append(job)
-            free -= min(c.learners for c in job.choices)
+            free -= job.floor
     by_id = {j.trace.id: j for j in running + waiting}
     sizings = [
         Sizing(
@@ -249,7 +306,9 @@ def elastic_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
         )
         for j in running + waiting
     ]
-    for resize in autoscale(sizings, GPUS, sim.resize_cost_s):
+    resizes = autoscale(sizings, GPUS, sim.resize_cost_s)
+    # shrinks first: the GPUs they give back are what the starts and growths take
+    for resize in sorted(resizes, key=lambda r: r.old is None or r.new.learners > r.old.learners):
         job = by_id[resize.job_id]
         if resize.old is None:
             sim.start(job, resize.new, now)
@@ -282,7 +341,7 @@ def tiresias_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
     keep = {id(j) for j in chosen}
     for job in active:
         if job.current is not None and id(job) not in keep:
-            job.current, job.preempted = None, True
+            sim.stop(job)
     for job in chosen:
         if job.current is None:
             sim.start(job, job.trace.asked, now)
@@ -296,6 +355,21 @@ POLICIES: dict[str, Callable[[Simulation, float, list[SimJob]], None]] = {
 }
 
 
+def floor_gpu_time_ratio(trace: list[TraceJob]) -> float | None:
+    """The GPU-time the trace's jobs need at their floors with the batch they asked for
+    (the paper's baseline), over the same with the batch free (dlaas). A queue holds every
+    job at its floor, and here a job's floor is also its least GPU-time, so this bounds how
+    many more jobs dlaas can end than the baseline when both are overloaded."""
+
+    def gpu_s(choices: tuple[Choice, ...], samples: float) -> float:
+        floor = min(choices, key=lambda c: c.learners)
+        return floor.learners * samples / floor.throughput
+
+    fixed = sum(gpu_s(t.fixed_batch, t.samples) for t in trace)
+    free = sum(gpu_s(t.elastic, t.samples) for t in trace)
+    return rounded(fixed / free, 3) if free else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=11)
@@ -303,8 +377,11 @@ def main() -> None:
     parser.add_argument("--resize-cost", type=float, default=30.0)
     args = parser.parse_args()
     results: dict[str, dict[str, dict[str, object]]] = {}
+    floor_ratio: float | None = None
     for load_name, load in LOADS.items():
         trace = make_trace(args.seed, load, args.days)
+        if load_name == "heavy":
+            floor_ratio = floor_gpu_time_ratio(trace)
         for policy in POLICIES:
             started = time.perf_counter()
             sim = Simulation(trace, policy, args.resize_cost)
@@ -312,14 +389,15 @@ def main() -> None:
             figures = results.setdefault(load_name, {})[policy] = sim.figures()
             print(
                 f"[elastic_sim] {load_name} {policy}: {figures['completed_in_horizon']} of "
-                f"{figures['jobs']} done in the horizon, mean JCT {figures['mean_jct_s']} s, "
-                f"utilization {figures['utilization']}, resizes {figures['resizes']}, "
+                f"{figures['jobs']} done in the horizon, mean JCT {figures['mean_jct_s']} s "
+                f"(waiting {figures['mean_wait_s']} s), utilization {figures['utilization']}, "
+                f"paused {figures['paused']}, resizes {figures['resizes']}, "
                 f"{time.perf_counter() - started:.0f} s",
                 flush=True,
             )
     heavy = results["heavy"]
 
-    def ratio(key: str, ours: str, theirs: str) -> float:
+    def ratio(key: str, ours: str, theirs: str) -> float | None:
         return rounded(float(heavy[ours][key]) / float(heavy[theirs][key]), 3)  # type: ignore[arg-type]
 
     final: dict[str, object] = {
@@ -331,6 +409,7 @@ def main() -> None:
         "mean_jct_ratio_vs_paper": ratio("mean_jct_s", "dlaas", "paper_baseline"),
         "mean_jct_ratio_vs_tiresias": ratio("mean_jct_s", "dlaas", "tiresias"),
         "mean_jct_ratio_vs_fifo": ratio("mean_jct_s", "dlaas", "fifo"),
+        "floor_gpu_time_ratio_paper_vs_dlaas": floor_ratio,
         **{f"target_{key}": value for key, value in TARGETS.items()},
         **results,
     }
