@@ -28,6 +28,8 @@ Policies, all on the same trace:
   `throughput_curve` does), and the curve is the truth: the sim's jobs run as predicted.
   A job keeps its size for `AUTOSCALE_INTERVAL_S` after it starts or a resize's restart
   ends (the service's `movable`), and a restarting job is not sized at all (RESCALING).
+  `--autoscale-interval` changes that interval; `--team-quota unset` leaves the team's
+  quota unset, which the service counts as unlimited, so jobs wait for room, not quota.
   A pass runs at every arrival and end, when a job's interval ends, 5 s after a pass that
   changed something (the service's sweep) and every 5 minutes;
 - `paper_baseline`: the same path, but each job keeps the global batch it asked for over
@@ -89,7 +91,10 @@ from storage.performance_model import Exchange, ModelCosts, Network, throughput
 NODES = tuple(Node(f"n{i}", 8, "A100", 64_000, 512 * GIB) for i in range(8))
 GPUS = sum(node.gpus for node in NODES)
 TEAM = "t"  # one team, its quota the whole cluster: the trace is one organisation's
-TEAMS = (Team(TEAM, Quota({"A100": GPUS})),)
+QUOTAS = {
+    "cluster": Quota({"A100": GPUS}),  # the team's quota set to the whole cluster
+    "unset": Quota({"A100": 1 << 40}),  # never set: the service counts it as unlimited
+}
 MAX_LEARNERS = 16
 LOADS = {"light": 0.5, "medium": 0.8, "heavy": 1.2}
 ASKED_GPUS = (1, 1, 1, 1, 1, 2, 2, 4, 4, 8)
@@ -206,6 +211,8 @@ class Simulation:
     trace: list[TraceJob]
     policy_name: str
     resize_cost_s: float
+    autoscale_interval_s: float = AUTOSCALE_INTERVAL_S
+    teams: tuple[Team, ...] = (Team(TEAM, QUOTAS["cluster"]),)
     jobs: list[SimJob] = field(default_factory=list)
     resizes: int = 0
     busy_gpu_s: float = 0.0
@@ -328,12 +335,12 @@ def _gang(learners: int) -> Gang:
     return Gang(learners, 1, "A100", 1000, GIB)  # a GPU a learner
 
 
-def _cluster(active: list[SimJob]) -> ClusterSnapshot:
+def _cluster(active: list[SimJob], teams: tuple[Team, ...]) -> ClusterSnapshot:
     """The cluster as the service's scheduler reads it: the jobs holding GPUs with the
     nodes of each learner, and the queued ones at the size they ask for."""
     return ClusterSnapshot(
         NODES,
-        TEAMS,
+        teams,
         tuple(
             RunningJob(
                 j.trace.id,
@@ -359,7 +366,7 @@ def elastic_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
     queued jobs at the size they ask for, where it says; then, on the cluster with them
     started, `elastic_pass` resizes the running elastic jobs (`glue.autoscaling`)."""
     by_id = {j.trace.id: j for j in active}
-    decided = schedule(_cluster(active), now)
+    decided = schedule(_cluster(active, sim.teams), now)
     for preemption in decided.preemptions:  # one team, one priority: none expected
         sim.stop(by_id[preemption.victim_id])
     for admission in decided.admissions:
@@ -374,20 +381,20 @@ def elastic_policy(sim: Simulation, now: float, active: list[SimJob]) -> None:
             j.choices,
             j.current,
             j.trace.samples - j.done,
-            movable=now >= j.running_since + AUTOSCALE_INTERVAL_S,
+            movable=now >= j.running_since + sim.autoscale_interval_s,
         )
         for j in active
         # RUNNING, not restarting (RESCALING), and elastic (more than one learner count)
         if j.current is not None and j.paused_until <= now and len(j.choices) > 1
     ]
     after = SchedulePass(admissions=(), preemptions=(), waiting=decided.waiting)
-    resizes = elastic_pass(_cluster(active), after, elastic, sim.resize_cost_s)
+    resizes = elastic_pass(_cluster(active, sim.teams), after, elastic, sim.resize_cost_s)
     for resize in resizes:  # shrinks first: the GPUs they give back are what growths take
         sim.resize(by_id[resize.job_id], resize.new, now, resize.nodes)
     settling = [
-        j.running_since + AUTOSCALE_INTERVAL_S
+        j.running_since + sim.autoscale_interval_s
         for j in active
-        if j.current is not None and j.running_since + AUTOSCALE_INTERVAL_S > now
+        if j.current is not None and j.running_since + sim.autoscale_interval_s > now
     ]
     sim.wake = min(settling, default=math.inf)
     if decided.admissions or decided.preemptions or resizes:
@@ -453,6 +460,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--days", type=float, default=2.0)
     parser.add_argument("--resize-cost", type=float, default=30.0)
+    parser.add_argument(
+        "--autoscale-interval",
+        type=float,
+        default=AUTOSCALE_INTERVAL_S,
+        help="seconds a job keeps its size after it starts or resizes",
+    )
+    parser.add_argument(
+        "--team-quota",
+        choices=sorted(QUOTAS),
+        default="cluster",
+        help="the one team's quota: the whole cluster, or never set (unlimited)",
+    )
     args = parser.parse_args()
     results: dict[str, dict[str, dict[str, object]]] = {}
     floor_ratio: float | None = None
@@ -462,7 +481,13 @@ def main() -> None:
             floor_ratio = floor_gpu_time_ratio(trace)
         for policy in POLICIES:
             started = time.perf_counter()
-            sim = Simulation(trace, policy, args.resize_cost)
+            sim = Simulation(
+                trace,
+                policy,
+                args.resize_cost,
+                args.autoscale_interval,
+                (Team(TEAM, QUOTAS[args.team_quota]),),
+            )
             sim.run()
             figures = results.setdefault(load_name, {})[policy] = sim.figures()
             print(
@@ -483,6 +508,8 @@ def main() -> None:
         "seed": args.seed,
         "days": args.days,
         "resize_cost_s": args.resize_cost,
+        "autoscale_interval_s": args.autoscale_interval,
+        "team_quota": args.team_quota,
         "jobs_completed_ratio_vs_paper": ratio("completed_in_horizon", "dlaas", "paper_baseline"),
         "mean_jct_ratio_vs_paper": ratio("mean_jct_s", "dlaas", "paper_baseline"),
         "mean_jct_ratio_vs_tiresias": ratio("mean_jct_s", "dlaas", "tiresias"),
