@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from cli.main import app as cli_app
-from storage import cluster_nodes, queue_view
+from storage import cluster_nodes, jobs, queue_view
+from storage.job_states import JobState
 from storage.settings import Settings
 from tests.services import free_port
 
@@ -80,6 +81,14 @@ class Harness:
         assert response.status_code == 201, response.text
         token = response.json()["token"]
         return ApiUser(unique, token, self.client(token))
+
+    async def move_job(self, job_id: str, *states: JobState) -> None:
+        """The job through `states` in turn, as the lifecycle manager would move it."""
+        async with self.app.state.dlaas.sessions() as session:
+            for state in states:
+                moved = await jobs.transition(session, job_id, state, f"test moves to {state}")
+                assert moved.changed, (job_id, state)
+            await session.commit()
 
     async def add_team(self, name: str, members: dict[ApiUser, str]) -> str:
         """A new team (named `name` and a random suffix) with these members and roles."""
