@@ -120,6 +120,21 @@ async def submit(
     )
 
 
+async def calibration_job(
+    api: Harness, client: httpx.AsyncClient, written: bytes | None, *, finished: bool = True
+) -> str:
+    """A job of `client`'s, COMPLETED unless not `finished`, whose results hold `written` as
+    calibration.json (None: nothing), as `learner_image.calibrate` leaves them."""
+    answer = await submit(client)
+    assert answer.status_code == 201, answer.text
+    job_id: str = answer.json()["id"]
+    if finished:
+        await api.move_job(job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
+    if written is not None:
+        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/results/calibration.json", written)
+    return job_id
+
+
 @asynccontextmanager
 async def running_api(
     database_url: str, redis_url: str, objects_dir: Path, **more_settings: Any

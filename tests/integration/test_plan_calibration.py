@@ -9,7 +9,7 @@ import pytest
 from storage.calibration import Calibration
 from storage.job_states import JobState
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
-from tests.integration.api_harness import Harness, submit
+from tests.integration.api_harness import Harness, calibration_job
 
 YAML = {"content-type": "application/yaml"}
 FRAMEWORK = b"""
@@ -33,20 +33,6 @@ MEASURED = Calibration(
 )
 
 
-async def _calibration_job(
-    api: Harness, client: httpx.AsyncClient, written: bytes | None, *, finished: bool = True
-) -> str:
-    """A job of `client`'s whose results hold `written` as calibration.json (None: nothing)."""
-    answer = await submit(client)
-    assert answer.status_code == 201, answer.text
-    job_id: str = answer.json()["id"]
-    if finished:
-        await api.move_job(job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
-    if written is not None:
-        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/results/calibration.json", written)
-    return job_id
-
-
 async def _plan(client: httpx.AsyncClient, manifest: bytes, job_id: str) -> httpx.Response:
     return await client.post(
         "/v2/plan", params={"calibration": job_id}, content=manifest, headers=YAML
@@ -54,7 +40,7 @@ async def _plan(client: httpx.AsyncClient, manifest: bytes, job_id: str) -> http
 
 
 async def test_flops_and_the_link_come_from_the_calibration(api: Harness) -> None:
-    job_id = await _calibration_job(api, api.admin, MEASURED.to_json().encode())
+    job_id = await calibration_job(api, api.admin, MEASURED.to_json().encode())
     answer = await _plan(api.admin, FLOPS, job_id)
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -89,14 +75,14 @@ async def test_flops_and_the_link_come_from_the_calibration(api: Harness) -> Non
 async def test_measured_seconds_are_kept_and_a_lone_learner_leaves_the_link(
     api: Harness,
 ) -> None:
-    job_id = await _calibration_job(api, api.admin, MEASURED.to_json().encode())
+    job_id = await calibration_job(api, api.admin, MEASURED.to_json().encode())
     body = (await _plan(api.admin, SECONDS, job_id)).json()
     assert (body["costs"]["sample_seconds"], body["costs"]["source"]) == (0.01, "manifest")
     assert body["network"]["source"] == "calibration"
     assert body["calibration"]["used"] == ["network"]
 
     alone = Calibration(2e10, 1, None, None, "2.13.0")
-    lone_id = await _calibration_job(api, api.admin, alone.to_json().encode())
+    lone_id = await calibration_job(api, api.admin, alone.to_json().encode())
     body = (await _plan(api.admin, FLOPS, lone_id)).json()
     assert body["network"]["source"] == "settings"
     assert body["network"]["bandwidth_bytes_s"] == api.settings.network_bandwidth_bytes_s
@@ -152,7 +138,7 @@ async def test_a_calibration_of_the_team_serves_its_viewers_and_no_one_else(
 async def test_a_job_that_left_no_calibration_is_refused(
     api: Harness, written: bytes | None, said: str
 ) -> None:
-    job_id = await _calibration_job(api, api.admin, written)
+    job_id = await calibration_job(api, api.admin, written)
     refused = await _plan(api.admin, FLOPS, job_id)
     assert refused.status_code == 422, refused.text
     body = refused.json()
@@ -161,14 +147,14 @@ async def test_a_job_that_left_no_calibration_is_refused(
 
 
 async def test_a_calibration_still_running_deleted_or_misnamed_is_refused(api: Harness) -> None:
-    running = await _calibration_job(api, api.admin, None, finished=False)
+    running = await calibration_job(api, api.admin, None, finished=False)
     refused = await _plan(api.admin, FLOPS, running)
     assert refused.status_code == 409, refused.text
     assert refused.json()["field"] == "calibration"
     assert "is QUEUED, not COMPLETED" in refused.json()["detail"]
     assert f"dlaas wait {running}" in refused.json()["detail"]
 
-    deleted = await _calibration_job(api, api.admin, MEASURED.to_json().encode())
+    deleted = await calibration_job(api, api.admin, MEASURED.to_json().encode())
     assert (await api.admin.delete(f"/v2/jobs/{deleted}")).status_code in (200, 202, 204)
     gone = await _plan(api.admin, FLOPS, deleted)
     assert (gone.status_code, gone.json()["field"]) == (404, "calibration")
@@ -187,8 +173,8 @@ async def test_flops_without_a_calibration_say_how_to_get_one(api: Harness) -> N
 
 
 async def test_a_retry_naming_another_calibration_is_another_request(api: Harness) -> None:
-    first_job = await _calibration_job(api, api.admin, MEASURED.to_json().encode())
-    other_job = await _calibration_job(api, api.admin, MEASURED.to_json().encode())
+    first_job = await calibration_job(api, api.admin, MEASURED.to_json().encode())
+    other_job = await calibration_job(api, api.admin, MEASURED.to_json().encode())
     key = {**YAML, "Idempotency-Key": "plan-calibrated"}
     first = await api.admin.post(
         "/v2/plan", params={"calibration": first_job}, content=FLOPS, headers=key
