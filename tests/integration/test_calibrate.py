@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from api.manifest import parse_manifest
 from storage.calibration import parse_calibration
 from tests.services import free_port
 
@@ -93,3 +94,9 @@ def test_without_torch_it_says_so_in_one_line(tmp_path: Path) -> None:
     assert line.startswith("dlaas-calibrate: PyTorch is not installed")
     assert "install torch" in line
     assert not (tmp_path / "calibration.json").exists()
+
+
+def test_the_example_job_runs_this_program_on_two_one_cpu_learners() -> None:
+    manifest = parse_manifest((ROOT / "examples" / "calibrate" / "manifest.yml").read_bytes())
+    assert (manifest.learners, manifest.cpus, manifest.gpus) == (2, 1.0, 0)
+    assert manifest.framework.command == "python -m learner_image.calibrate"
