@@ -19,6 +19,7 @@ from api.deps import CurrentUser, JobId, StateDep
 from api.errors import Forbidden, NotFound
 from api.permissions import PERMISSIONS, Decision, Rule, Scope, caller_level, decide, refusal
 from api.schemas import NAME
+from api.state import ApiState
 from storage import jobs as job_repo
 from storage import teams as team_repo
 from storage.models import Job, Team
@@ -99,12 +100,14 @@ async def authorize_team(
 TeamAccess = Annotated[TeamGrant, Depends(authorize_team)]
 
 
-async def authorize_job(
-    request: Request, job_id: JobId, user: CurrentUser, state: StateDep
-) -> JobGrant:
-    rule = rule_of(request, Scope.JOB)
+async def readable_job(
+    state: ApiState, user: Principal, job_id: str, rule: Rule, field: str
+) -> Job:
+    """The job `job_id` if `rule` lets `user` act on it; else the refusal, naming `field`
+    (the path's job_id, or a parameter that names a job): a 404 when it is not among the
+    caller's teams' jobs or was deleted, a 403 when their role is too weak."""
     hidden = NotFound(
-        f"no job {job_id!r} among your teams' jobs; `dlaas list` shows them", field="job_id"
+        f"no job {job_id!r} among your teams' jobs; `dlaas list` shows them", field=field
     )
     async with state.sessions() as session:
         job = await job_repo.get_job_any(session, job_id)
@@ -115,9 +118,16 @@ async def authorize_job(
         raise NotFound(
             f"job {job_id} was deleted; its logs, checkpoints and results are gone",
             code="deleted",
-            field="job_id",
+            field=field,
         )
-    return JobGrant(user, job)
+    return job
+
+
+async def authorize_job(
+    request: Request, job_id: JobId, user: CurrentUser, state: StateDep
+) -> JobGrant:
+    rule = rule_of(request, Scope.JOB)
+    return JobGrant(user, await readable_job(state, user, job_id, rule, "job_id"))
 
 
 JobAccess = Annotated[JobGrant, Depends(authorize_job)]

@@ -129,7 +129,11 @@ class IdempotencyMiddleware:
         key = raw_key.decode("ascii")
         owner = hashlib.sha256(credentials).hexdigest()
         method, path = scope["method"], scope["path"]
-        fingerprint = BodyFingerprint(method, path, _header(scope, b"content-type") or b"")
+        # the query is part of the request (POST /v2/plan?calibration=...): a retry that
+        # names another job is a different request
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = f"{path}?{query}" if query else path
+        fingerprint = BodyFingerprint(method, target, _header(scope, b"content-type") or b"")
         outcome = await repo.claim(state.sessions, owner, key, method, path)
         if isinstance(outcome, repo.InProgress):
             await _refuse(

@@ -370,8 +370,11 @@ class Performance(_Strict):
     """What one training step costs, for `dlaas plan` and the elastic autoscaler's first
     estimates (measured step times correct them once the job runs)."""
 
-    # seconds of one learner's compute per sample, and per step whatever the batch
-    sample_seconds: Annotated[float, Field(gt=0, le=3_600, allow_inf_nan=False)]
+    # one learner's compute per sample: measured seconds, or floating-point operations that
+    # a calibration's device speed turns into seconds (exactly one of the two)
+    sample_seconds: Annotated[float, Field(gt=0, le=3_600, allow_inf_nan=False)] | None = None
+    flops_per_sample: Annotated[float, Field(gt=0, le=1e18, allow_inf_nan=False)] | None = None
+    # and per step, whatever the batch
     step_overhead_seconds: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] = 0.0
     # bytes of gradients each learner exchanges a step (about the model's size)
     model_bytes: Annotated[int, Field(ge=0, le=MAX_WHOLE_NUMBER)] = 0
@@ -379,6 +382,27 @@ class Performance(_Strict):
     samples: Annotated[int, Field(ge=1, le=MAX_WHOLE_NUMBER)] | None = None
     # the global batch of a job without an elastic batch range
     batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] | None = None
+
+    @model_validator(mode="after")
+    def _one_compute_cost(self) -> Performance:
+        if self.sample_seconds is None and self.flops_per_sample is None:
+            raise PydanticCustomError(
+                "performance",
+                "missing; give sample_seconds (a learner's measured seconds of compute per "
+                "sample, e.g. sample_seconds: 0.002) or flops_per_sample (its floating-point "
+                "operations per sample, which a plan turns into seconds with a calibration's "
+                "device speed)",
+                {"subpath": "sample_seconds"},
+            )
+        if self.sample_seconds is not None and self.flops_per_sample is not None:
+            raise PydanticCustomError(
+                "performance",
+                "give sample_seconds or flops_per_sample, not both: remove flops_per_sample "
+                "to plan with the measured seconds, or sample_seconds to plan with a "
+                "calibration's device speed",
+                {"subpath": "flops_per_sample"},
+            )
+        return self
 
 
 def _check_environment(env: dict[str, str]) -> dict[str, str]:
@@ -570,12 +594,15 @@ _FIXES: dict[str, str] = {
         "max_learner_batch_size"
     ),
     "performance": (
-        "allowed keys: sample_seconds, step_overhead_seconds, model_bytes, samples and batch_size"
+        "allowed keys: sample_seconds or flops_per_sample, step_overhead_seconds, "
+        "model_bytes, samples and batch_size"
     ),
 }
 
 
-_OWN_KINDS = frozenset({"regex", "environment", "restart_policy", "parameter_server", "elastic"})
+_OWN_KINDS = frozenset(
+    {"regex", "environment", "restart_policy", "parameter_server", "elastic", "performance"}
+)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

@@ -151,8 +151,9 @@ ERROR_STATUSES: tuple[ErrorStatus, ...] = (
         404,
         "No such job or team among the caller's teams' (or the job was deleted), no such "
         "learner, result, member, user or token, or a path parameter that no route takes; on "
-        "a submission, no such team (`field`: team) among the caller's.",
-        any_of(takes_path_parameters, operations("POST /v2/jobs")),
+        "a submission, no such team (`field`: team) among the caller's; on a plan, no such "
+        "calibration job (`field`: calibration) among the caller's teams' jobs.",
+        any_of(takes_path_parameters, operations("POST /v2/jobs", "POST /v2/plan")),
     ),
     ErrorStatus(
         409,

@@ -11,18 +11,46 @@ from pydantic import BaseModel, Field
 class PlanCosts(BaseModel):
     """The manifest's `performance` block as the model used it."""
 
-    sample_seconds: float = Field(description="a learner's compute per sample")
+    sample_seconds: float = Field(
+        description="a learner's compute per sample: the manifest's, or its flops_per_sample "
+        "over the calibration's device_flops_s"
+    )
+    flops_per_sample: float | None = Field(
+        description="the manifest's; null when it gives sample_seconds"
+    )
     step_overhead_seconds: float = Field(description="a learner's compute per step")
     model_bytes: int = Field(description="bytes each learner exchanges a step")
+    source: Literal["manifest", "calibration"] = Field(description="where sample_seconds came from")
 
 
 class PlanNetwork(BaseModel):
-    """The cluster's links (DLAAS_NETWORK_*)."""
+    """The links exchanges go over: the cluster's (DLAAS_NETWORK_*), or a calibration's."""
 
     bandwidth_bytes_s: float
     latency_s: float
     server_bandwidth_bytes_s: float | None = Field(
-        description="the parameter server's link; null: as a learner's"
+        description="the parameter server's link (always DLAAS_NETWORK_SERVER_BANDWIDTH_BYTES_S)"
+        "; null: as a learner's"
+    )
+    source: Literal["settings", "calibration"] = Field(
+        description="where bandwidth_bytes_s and latency_s came from: DLAAS_NETWORK_*, or the "
+        "calibration job's all-reduces"
+    )
+
+
+class PlanCalibration(BaseModel):
+    """The calibration job the plan was asked to use, and what it measured."""
+
+    job_id: str
+    learners: int = Field(description="the learners it measured")
+    device_flops_s: float = Field(description="the slowest learner's float32 matmul speed")
+    bandwidth_bytes_s: float | None = Field(description="null: one learner, no link measured")
+    latency_s: float | None
+    torch_version: str
+    used: list[Literal["sample_seconds", "network"]] = Field(
+        description="the plan's inputs it gave: sample_seconds (from the manifest's "
+        "flops_per_sample) and the network's bandwidth and latency; empty when the manifest's "
+        "sample_seconds and a one-learner calibration leave it nothing to give"
     )
 
 
@@ -49,6 +77,9 @@ class PlanPublic(BaseModel):
     )
     costs: PlanCosts
     network: PlanNetwork
+    calibration: PlanCalibration | None = Field(
+        description="the calibration named by the `calibration` parameter; null: none"
+    )
     samples: int | None = Field(description="performance.samples; null: not given")
     ranked_by: Literal["time_to_finish", "throughput"] = Field(
         description="what the recommendation goes by: throughput when samples is null"

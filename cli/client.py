@@ -134,11 +134,13 @@ class DlaasClient(TenancyCalls):
             }
             return self._json("POST", "/v2/jobs", files=files, data=data, timeout=_upload_timeout())
 
-    def plan(self, manifest: Path) -> dict[str, Any]:
-        """`POST /v2/plan` with the manifest as a submission sends it (multipart `manifest`)."""
+    def plan(self, manifest: Path, calibration: str | None = None) -> dict[str, Any]:
+        """`POST /v2/plan` with the manifest as a submission sends it (multipart `manifest`),
+        with the figures of the calibration job `calibration` if given."""
+        params = {"calibration": calibration} if calibration is not None else None
         with manifest.open("rb") as mf:
             files = {"manifest": (manifest.name, mf, "application/x-yaml")}
-            return self._json("POST", "/v2/plan", files=files)
+            return self._json("POST", "/v2/plan", files=files, params=params)
 
     def jobs_page(
         self,

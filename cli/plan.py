@@ -31,6 +31,16 @@ def plan(
     manifest: Annotated[
         Path, typer.Argument(metavar="MANIFEST", help="The manifest.yml, with a performance block.")
     ],
+    calibration: Annotated[
+        str | None,
+        typer.Option(
+            "--calibration",
+            metavar="JOB_ID",
+            help="A completed calibration job (examples/calibrate): plan with the link and "
+            "device speed it measured.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Predict step time, throughput and time to finish for each learner count and batch
     the manifest allows, and recommend one (marked *)."""
@@ -38,9 +48,9 @@ def plan(
         problem = "is not a file" if manifest.exists() else "no such file"
         raise CliError(f"MANIFEST {manifest}: {problem}")
     try:
-        answer = inv.client().plan(manifest)
+        answer = inv.client().plan(manifest, calibration)
     except ApiError as exc:
-        raise CliError(describe_plan_error(exc, manifest)) from exc
+        raise CliError(describe_plan_error(exc, manifest, calibration)) from exc
     except OSError as exc:
         raise CliError(f"MANIFEST {manifest}: cannot read it ({exc.strerror or exc})") from exc
     if inv.json:
@@ -48,12 +58,8 @@ def plan(
         return
     candidates: list[dict[str, Any]] = answer.get("candidates") or []
     print_table(COLUMNS, (_row(c) for c in candidates))
-    network = answer.get("network") or {}
-    note(
-        f"{EXCHANGES.get(answer.get('exchange', ''), answer.get('exchange'))} over links of "
-        f"{format_rate(network.get('bandwidth_bytes_s'))} and "
-        f"{format_seconds(network.get('latency_s'))} latency"
-    )
+    for line in describe_inputs(answer):
+        note(line)
     if answer.get("samples") is None:
         note("no performance.samples: ranked by throughput; add samples for a time to finish")
     for candidate in candidates:
@@ -61,14 +67,44 @@ def plan(
             print_plain(f"recommended: {describe(candidate)}")
 
 
-def describe_plan_error(exc: ApiError, manifest: Path) -> str:
-    """A refused plan names the manifest and the field at fault, and says the fix."""
+def describe_plan_error(exc: ApiError, manifest: Path, calibration: str | None = None) -> str:
+    """A refused plan names the manifest, or the calibration job, and the field at fault,
+    and says the fix."""
     if exc.status in (401, 403) or exc.status >= 500:
         return describe_api_error(exc)
     detail = exc.detail or exc.code
     if exc.field and exc.field not in detail:
         detail = f"{exc.field}: {detail}"
+    if exc.field == "calibration" and calibration is not None:
+        return f"--calibration {calibration}: {detail.removeprefix('calibration: ')}"
     return f"{manifest.name}: {detail}"
+
+
+def describe_inputs(answer: dict[str, Any]) -> list[str]:
+    """What the prediction went by: the exchange and its links, the compute a sample when
+    a calibration gave it, and the figures' sources."""
+    network = answer.get("network") or {}
+    costs = answer.get("costs") or {}
+    calibration = answer.get("calibration") or {}
+    measured = f"measured by calibration {calibration.get('job_id')}"
+    link = (
+        f"{EXCHANGES.get(answer.get('exchange', ''), answer.get('exchange'))} over links of "
+        f"{format_rate(network.get('bandwidth_bytes_s'))} and "
+        f"{format_seconds(network.get('latency_s'))} latency"
+    )
+    lines = [f"{link} ({measured})" if network.get("source") == "calibration" else link]
+    if costs.get("source") == "calibration":
+        flops = calibration.get("device_flops_s") or 0.0
+        lines.append(
+            f"{format_seconds(costs.get('sample_seconds'))} a sample: "
+            f"{costs.get('flops_per_sample'):.3g} FLOPs at {flops / 1e9:.3g} GFLOP/s ({measured})"
+        )
+    if calibration and network.get("source") != "calibration":
+        lines.append(
+            f"calibration {calibration.get('job_id')} timed no link (one learner): the links "
+            "are DLAAS_NETWORK_*'s"
+        )
+    return lines
 
 
 def describe(candidate: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ efficiency is the throughput over n times one learner's at the same per-learner 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -79,3 +80,35 @@ def scaling_efficiency(
     """Throughput over `learners` times that of one learner with the same per-learner batch."""
     one = throughput(costs, network, 1, max(global_batch // learners, 1), exchange)
     return throughput(costs, network, learners, global_batch, exchange) / (learners * one)
+
+
+def fit_all_reduce(timings: Sequence[tuple[int, float]], learners: int) -> Network:
+    """The link that best explains measured ring all-reduces among `learners` learners:
+    `exchange_s` inverted. `timings` are (bytes, seconds) pairs; with n learners
+
+        t = 2 (n-1)/n * bytes / bandwidth + 2 (n-1) * latency
+
+    is a line in bytes, fitted by least squares of the relative error (a 4 KiB all-reduce
+    counts as much as a 32 MiB one, so the latency is not lost in the large ones' noise).
+    A negative intercept (a latency below what the timings can tell) is fitted again
+    through zero. Raises ValueError without two sizes, or when time does not grow with size.
+    """
+    if learners < 2:
+        raise ValueError("an all-reduce among fewer than 2 learners exchanges nothing")
+    points = [(float(size), float(seconds)) for size, seconds in timings if seconds > 0]
+    if len({size for size, _ in points}) < 2:
+        raise ValueError("fitting a bandwidth and a latency takes timings of 2 sizes or more")
+    hops = 2 * (learners - 1)
+    weighted = [(1 / t**2, x, t) for x, t in points]  # minimise the sum of ((fit - t) / t)^2
+    total = sum(w for w, _, _ in weighted)
+    mean_x = sum(w * x for w, x, _ in weighted) / total
+    mean_t = sum(w * t for w, _, t in weighted) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, x, _ in weighted)
+    slope = sum(w * (x - mean_x) * (t - mean_t) for w, x, t in weighted) / sxx
+    intercept = mean_t - slope * mean_x
+    if intercept < 0:
+        slope = sum(w * x * t for w, x, t in weighted) / sum(w * x * x for w, x, _ in weighted)
+        intercept = 0.0
+    if slope <= 0:
+        raise ValueError("the all-reduce timings do not grow with the bytes exchanged")
+    return Network(bandwidth_bytes_s=hops / learners / slope, latency_s=intercept / hops)

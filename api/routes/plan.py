@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from anyio import to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.datastructures import UploadFile
 
 from api.access import Allowed
@@ -14,6 +14,8 @@ from api.errors import Invalid
 from api.manifest import MAX_MANIFEST_BYTES
 from api.plan_schemas import PlanPublic
 from api.services import plan as service
+from api.services.calibration import read_calibration
+from storage.jobs import JOB_ID_PATTERN
 
 router = APIRouter(prefix="/v2/plan", tags=["plan"])
 
@@ -76,14 +78,37 @@ async def _manifest_text(request: Request) -> bytes:
         return await manifest.read(MAX_MANIFEST_BYTES + 1)
 
 
+# A query parameter rather than a multipart part: the body may be the YAML itself, which
+# has no room for a second part, and a job id is a name, not an upload.
+CalibrationQuery = Annotated[
+    str | None,
+    Query(
+        pattern=JOB_ID_PATTERN,
+        max_length=40,
+        description="a COMPLETED calibration job (`learner_image.calibrate`, see "
+        "examples/calibrate) whose results' calibration.json the plan uses: its link "
+        "replaces DLAAS_NETWORK_*, its device speed turns performance.flops_per_sample "
+        "into seconds. The caller must be allowed to read that job's results.",
+    ),
+]
+
+
 @router.post("", response_model=PlanPublic, openapi_extra=_PLAN_BODY)
-async def plan_job(request: Request, state: StateDep, user: Allowed) -> PlanPublic:
+async def plan_job(
+    request: Request, state: StateDep, user: Allowed, calibration: CalibrationQuery = None
+) -> PlanPublic:
     """Predict step time, throughput, time to finish and scaling efficiency for each size
     the manifest allows (its elastic learners and batch range, else 1 to `learners` at
     `performance.batch_size`), and recommend one: the fewest learners within 10% of the
     fastest. The manifest needs a `performance` block; nothing of the caller's or anyone
     else's is read or written. The body is the manifest: a multipart `manifest` part as a submission
     sends it, or the YAML itself (application/yaml; application/x-yaml, text/yaml and
-    text/plain are read as YAML too)."""
+    text/plain are read as YAML too). With `calibration`, the figures a calibration job
+    measured replace the configured ones; the answer's `costs.source`, `network.source`
+    and `calibration.used` say which."""
     text = await _manifest_text(request)
-    return await to_thread.run_sync(service.plan_manifest, text, state.settings)
+    calibrated = None
+    if calibration is not None:
+        measured = await read_calibration(state, user, calibration)
+        calibrated = service.Calibrated(calibration, measured)
+    return await to_thread.run_sync(service.plan_manifest, text, state.settings, calibrated)

@@ -11,9 +11,19 @@ own bounds: at most 64 learners times 28 batches (a range holds 25 powers of two
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from api.errors import Invalid
 from api.manifest import MAX_LEARNERS, Elastic, Manifest, Performance, parse_manifest
-from api.plan_schemas import PlanCandidate, PlanCosts, PlanNetwork, PlanPublic
+from api.plan_schemas import (
+    PlanCalibration,
+    PlanCandidate,
+    PlanCosts,
+    PlanNetwork,
+    PlanPublic,
+)
+from storage.calibration import Calibration
 from storage.job_plan import Candidate, plan
 from storage.performance_model import Exchange, ModelCosts, Network
 from storage.settings import Settings
@@ -32,16 +42,41 @@ def network_of(settings: Settings) -> Network:
     )
 
 
-def plan_manifest(text: bytes | str, settings: Settings) -> PlanPublic:
-    """The plan of an uploaded manifest. Raises `Invalid` naming the field at fault."""
-    return plan_of(parse_manifest(text), network_of(settings))
+@dataclass(frozen=True)
+class Calibrated:
+    """A calibration job's figures (`storage.calibration`), and the job that measured them."""
+
+    job_id: str
+    calibration: Calibration
 
 
-def plan_of(manifest: Manifest, network: Network) -> PlanPublic:
+def plan_manifest(
+    text: bytes | str, settings: Settings, calibrated: Calibrated | None = None
+) -> PlanPublic:
+    """The plan of an uploaded manifest, with the figures of a calibration if one is named.
+    Raises `Invalid` naming the field at fault."""
+    return plan_of(parse_manifest(text), network_of(settings), calibrated)
+
+
+def plan_of(
+    manifest: Manifest, configured: Network, calibrated: Calibrated | None = None
+) -> PlanPublic:
+    """A measured link replaces the configured one (the parameter server's stays as
+    configured: a calibration times learners' all-reduces); a device speed turns
+    `flops_per_sample` into seconds. A manifest's `sample_seconds`, measured on the
+    model itself, is kept over a matmul's speed."""
     performance = _performance(manifest)
-    costs = ModelCosts(
-        performance.sample_seconds, performance.step_overhead_seconds, performance.model_bytes
-    )
+    calibration = calibrated.calibration if calibrated is not None else None
+    sample_s = _sample_seconds(performance, calibration)
+    network, network_measured = configured, False
+    if calibration is not None and calibration.bandwidth_bytes_s is not None:
+        network = Network(
+            calibration.bandwidth_bytes_s,
+            calibration.latency_s or 0.0,
+            configured.server_bandwidth_bytes_s,
+        )
+        network_measured = True
+    costs = ModelCosts(sample_s, performance.step_overhead_seconds, performance.model_bytes)
     exchange = Exchange.ALL_REDUCE
     if manifest.parameter_server is not None:
         exchange = Exchange.PARAMETER_SERVER
@@ -60,14 +95,18 @@ def plan_of(manifest: Manifest, network: Network) -> PlanPublic:
         exchange=exchange.value,
         costs=PlanCosts(
             sample_seconds=costs.sample_s,
+            flops_per_sample=performance.flops_per_sample,
             step_overhead_seconds=costs.step_overhead_s,
             model_bytes=costs.model_bytes,
+            source="manifest" if performance.sample_seconds is not None else "calibration",
         ),
         network=PlanNetwork(
             bandwidth_bytes_s=network.bandwidth_bytes_s,
             latency_s=network.latency_s,
             server_bandwidth_bytes_s=network.server_bandwidth_bytes_s,
+            source="calibration" if network_measured else "settings",
         ),
+        calibration=_calibration_public(calibrated, performance, network_measured),
         samples=performance.samples,
         ranked_by="throughput" if performance.samples is None else "time_to_finish",
         candidates=[_public(c) for c in candidates],
@@ -94,6 +133,45 @@ def _performance(manifest: Manifest) -> Performance:
             field="performance.batch_size",
         )
     return performance
+
+
+def _sample_seconds(performance: Performance, calibration: Calibration | None) -> float:
+    if performance.sample_seconds is not None:
+        return performance.sample_seconds
+    flops = performance.flops_per_sample
+    assert flops is not None  # the manifest holds one of the two
+    if calibration is None:
+        raise Invalid(
+            "calibration: missing; performance.flops_per_sample needs the device's speed: "
+            "name a calibration job (POST /v2/plan?calibration=JOB_ID, or dlaas plan "
+            "MANIFEST --calibration JOB_ID; examples/calibrate runs one), or give "
+            "performance.sample_seconds instead",
+            code="calibration_needed",
+            field="calibration",
+        )
+    return flops / calibration.device_flops_s
+
+
+def _calibration_public(
+    calibrated: Calibrated | None, performance: Performance, network_measured: bool
+) -> PlanCalibration | None:
+    if calibrated is None:
+        return None
+    calibration = calibrated.calibration
+    used: list[Literal["sample_seconds", "network"]] = []
+    if performance.sample_seconds is None:
+        used.append("sample_seconds")
+    if network_measured:
+        used.append("network")
+    return PlanCalibration(
+        job_id=calibrated.job_id,
+        learners=calibration.learners,
+        device_flops_s=calibration.device_flops_s,
+        bandwidth_bytes_s=calibration.bandwidth_bytes_s,
+        latency_s=calibration.latency_s,
+        torch_version=calibration.torch_version,
+        used=used,
+    )
 
 
 def _batch_range(elastic: Elastic | None) -> tuple[int, int] | None:

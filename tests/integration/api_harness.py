@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from cli.main import app as cli_app
-from storage import cluster_nodes, queue_view
+from storage import cluster_nodes, jobs, queue_view
+from storage.job_states import JobState
 from storage.settings import Settings
 from tests.services import free_port
 
@@ -81,6 +82,14 @@ class Harness:
         token = response.json()["token"]
         return ApiUser(unique, token, self.client(token))
 
+    async def move_job(self, job_id: str, *states: JobState) -> None:
+        """The job through `states` in turn, as the lifecycle manager would move it."""
+        async with self.app.state.dlaas.sessions() as session:
+            for state in states:
+                moved = await jobs.transition(session, job_id, state, f"test moves to {state}")
+                assert moved.changed, (job_id, state)
+            await session.commit()
+
     async def add_team(self, name: str, members: dict[ApiUser, str]) -> str:
         """A new team (named `name` and a random suffix) with these members and roles."""
         unique = f"{name}-{secrets.token_hex(4)}"
@@ -109,6 +118,21 @@ async def submit(
         },
         data={"team": team} if team is not None else None,
     )
+
+
+async def calibration_job(
+    api: Harness, client: httpx.AsyncClient, written: bytes | None, *, finished: bool = True
+) -> str:
+    """A job of `client`'s, COMPLETED unless not `finished`, whose results hold `written` as
+    calibration.json (None: nothing), as `learner_image.calibrate` leaves them."""
+    answer = await submit(client)
+    assert answer.status_code == 201, answer.text
+    job_id: str = answer.json()["id"]
+    if finished:
+        await api.move_job(job_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
+    if written is not None:
+        api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/results/calibration.json", written)
+    return job_id
 
 
 @asynccontextmanager

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.api_harness import ADMIN_TOKEN, CliOnApi
+from storage.calibration import Calibration
+from tests.integration.api_harness import ADMIN_TOKEN, CliOnApi, calibration_job
 
 MANIFEST = """\
 name: digits
@@ -120,3 +121,47 @@ async def test_a_missing_file_or_token_is_said_plainly(cli: CliOnApi, tmp_path: 
     anonymous = await cli.dlaas(None, "plan", str(_manifest(tmp_path)))
     assert anonymous.exit_code == 1
     assert "authentication failed" in anonymous.stderr
+
+
+async def test_a_calibration_gives_the_link_and_the_seconds_a_sample(
+    cli: CliOnApi, tmp_path: Path
+) -> None:
+    measured = Calibration(2e10, 2, 3e8, 2e-4, "2.13.0")
+    job_id = await calibration_job(cli.api, cli.api.admin, measured.to_json().encode())
+    flops = MANIFEST.replace("sample_seconds: 0.002", "flops_per_sample: 4.0e+7")
+    manifest = _manifest(tmp_path, flops)
+    answer = await cli.api.admin.post(
+        "/v2/plan",
+        params={"calibration": job_id},
+        content=flops,
+        headers={"content-type": "application/yaml"},
+    )
+    assert answer.status_code == 200, answer.text
+
+    as_json = await cli.dlaas(
+        ADMIN_TOKEN, "plan", str(manifest), "--calibration", job_id, "--output", "json"
+    )
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == answer.json()
+
+    shown = await cli.dlaas(ADMIN_TOKEN, "plan", str(manifest), "--calibration", job_id)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"all-reduce over links of 300 MB/s and 200 us latency (measured by calibration "
+        f"{job_id})" in shown.stderr
+    )
+    # 4e7 FLOPs at 2e10 FLOP/s
+    assert f"2 ms a sample: 4e+07 FLOPs at 20 GFLOP/s (measured by calibration {job_id})" in (
+        shown.stderr
+    )
+    # one learner at 64: 0.01 + 0.002 * 64 = 138 ms a step, as with sample_seconds: 0.002
+    assert shown.stdout.splitlines()[1].split()[3:5] == ["138", "ms"]
+
+    refused = await cli.dlaas(ADMIN_TOKEN, "plan", str(manifest), "--calibration", "nosuch-job")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert "--calibration nosuch-job: no job 'nosuch-job' among your teams' jobs" in (
+        refused.stderr
+    )
+    needed = await cli.dlaas(ADMIN_TOKEN, "plan", str(manifest))
+    assert needed.exit_code == 1
+    assert "manifest.yml: calibration: missing; performance.flops_per_sample" in needed.stderr

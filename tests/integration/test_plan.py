@@ -56,15 +56,19 @@ async def test_an_elastic_job_is_planned_over_its_learners_and_batch_range(api: 
     assert body["name"] == "planned" and body["exchange"] == "allreduce"
     assert body["costs"] == {
         "sample_seconds": 0.002,
+        "flops_per_sample": None,
         "step_overhead_seconds": 0.01,
         "model_bytes": 50_000_000,
+        "source": "manifest",
     }
     network = _network(api)
     assert body["network"] == {
         "bandwidth_bytes_s": network.bandwidth_bytes_s,
         "latency_s": network.latency_s,
         "server_bandwidth_bytes_s": network.server_bandwidth_bytes_s,
+        "source": "settings",
     }
+    assert body["calibration"] is None
     assert (body["samples"], body["ranked_by"]) == (6_000_000, "time_to_finish")
 
     # the ends of 48..512 and the powers of two in it, at most 128 a learner

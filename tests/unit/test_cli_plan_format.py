@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cli.plan import format_batch, format_duration, format_rate, format_seconds
+from cli.plan import (
+    describe_inputs,
+    format_batch,
+    format_duration,
+    format_rate,
+    format_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,3 +40,26 @@ def test_an_uneven_batch_and_a_link_rate_are_shown_short() -> None:
         "500 kB/s",
         "-",
     )
+
+
+def test_the_inputs_say_which_figures_a_calibration_gave() -> None:
+    configured = {
+        "exchange": "parameter_server",
+        "network": {"bandwidth_bytes_s": 1.25e9, "latency_s": 5e-5, "source": "settings"},
+        "costs": {"sample_seconds": 0.002, "source": "manifest"},
+        "calibration": None,
+    }
+    assert describe_inputs(configured) == [
+        "a parameter server over links of 1.25 GB/s and 50 us latency"
+    ]
+    one_learner = {
+        **configured,
+        "exchange": "allreduce",
+        "costs": {"sample_seconds": 0.0125, "flops_per_sample": 5e8, "source": "calibration"},
+        "calibration": {"job_id": "training-abc", "device_flops_s": 4e10},
+    }
+    assert describe_inputs(one_learner) == [
+        "all-reduce over links of 1.25 GB/s and 50 us latency",
+        "12.5 ms a sample: 5e+08 FLOPs at 40 GFLOP/s (measured by calibration training-abc)",
+        "calibration training-abc timed no link (one learner): the links are DLAAS_NETWORK_*'s",
+    ]

@@ -616,6 +616,13 @@ def test_elastic_batch_range_and_performance_read() -> None:
     assert [m.elastic.batch_for(n) for n in (1, 2, 3, 4)] == [96, 192, 256, 256]
 
 
+def test_a_step_may_cost_flops_instead_of_seconds() -> None:
+    m = parse_manifest(with_minimal("performance: {flops_per_sample: 3.6e+9, batch_size: 64}\n"))
+    assert m.performance is not None
+    assert (m.performance.flops_per_sample, m.performance.sample_seconds) == (3.6e9, None)
+    assert m.normalized()["performance"]["flops_per_sample"] == 3.6e9
+
+
 def test_a_job_without_a_batch_range_has_no_elastic_batch() -> None:
     m = parse_manifest(with_minimal("elastic: {min_learners: 1, max_learners: 2}\n"))
     assert m.elastic is not None and m.elastic.batch_for(1) is None
@@ -697,6 +704,19 @@ def test_restart_scope_and_exit_codes_accepted() -> None:
             "remove performance.batch_size",
         ),
         ("performance: {model_bytes: 10}", "performance.sample_seconds", "missing"),
+        ("performance: {model_bytes: 10}", "performance.sample_seconds", "or flops_per_sample"),
+        (
+            "performance: {sample_seconds: 0.01, flops_per_sample: 3.0e+9}",
+            "performance.flops_per_sample",
+            "not both: remove flops_per_sample",
+        ),
+        ("performance: {flops_per_sample: 0}", "performance.flops_per_sample", "greater than 0"),
+        ("performance: {flops_per_sample: .inf}", "performance.flops_per_sample", "finite"),
+        (
+            "performance: {flops_per_sample: 1.0e+19}",
+            "performance.flops_per_sample",
+            "less than or equal to 1000000000000000000",
+        ),
         ("performance: {sample_seconds: 0}", "performance.sample_seconds", "greater than 0"),
         ("performance: {sample_seconds: .nan}", "performance.sample_seconds", "finite"),
         ("performance: {sample_seconds: 1, flops: 3}", "performance.flops", "sample_seconds"),

@@ -9,6 +9,7 @@ from storage.performance_model import (
     ModelCosts,
     Network,
     exchange_s,
+    fit_all_reduce,
     scaling_efficiency,
     step_s,
     throughput,
@@ -51,3 +52,51 @@ def test_a_larger_batch_scales_better_than_a_fixed_one_split_further() -> None:
     )
     assert 0 < scaling_efficiency(COSTS, NETWORK, 8, 256, Exchange.ALL_REDUCE) < 1
     assert scaling_efficiency(COSTS, NETWORK, 1, 256, Exchange.ALL_REDUCE) == pytest.approx(1)
+
+
+SIZES = [4 << 10 << 2 * k for k in range(7)] + [32 << 20]  # 4 KiB, 16 KiB, ... 16 MiB, 32 MiB
+
+
+def _timings(
+    network: Network, learners: int, noise: list[float] | None = None
+) -> list[tuple[int, float]]:
+    """What `exchange_s` says an all-reduce of each size takes, times (1 + noise)."""
+    noise = noise or [0.0] * len(SIZES)
+    return [
+        (size, exchange_s(ModelCosts(0, 0, size), network, learners, Exchange.ALL_REDUCE) * (1 + e))
+        for size, e in zip(SIZES, noise, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("learners", [2, 3, 8])
+def test_the_fit_recovers_the_link_the_timings_came_from(learners: int) -> None:
+    link = Network(bandwidth_bytes_s=3.2e9, latency_s=4e-5)
+    fitted = fit_all_reduce(_timings(link, learners), learners)
+    assert fitted.bandwidth_bytes_s == pytest.approx(3.2e9)
+    assert fitted.latency_s == pytest.approx(4e-5)
+
+
+def test_noisy_timings_still_give_the_link_roughly_and_latency_is_not_lost() -> None:
+    link = Network(bandwidth_bytes_s=1e9, latency_s=2e-4)
+    noise = [0.05, -0.04, 0.03, -0.05, 0.04, -0.03, 0.05, -0.02]
+    fitted = fit_all_reduce(_timings(link, 2, noise), 2)
+    assert fitted.bandwidth_bytes_s == pytest.approx(1e9, rel=0.1)
+    # an unweighted fit would let the 32 MiB timing's 2% swamp the 4 KiB ones' 0.4 ms
+    assert fitted.latency_s == pytest.approx(2e-4, rel=0.1)
+
+
+def test_a_latency_too_small_to_see_is_fitted_as_none() -> None:
+    link = Network(bandwidth_bytes_s=2e9, latency_s=0.0)
+    noise = [-0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.05]
+    fitted = fit_all_reduce(_timings(link, 4, noise), 4)
+    assert fitted.latency_s == 0.0
+    assert fitted.bandwidth_bytes_s == pytest.approx(2e9, rel=0.1)
+
+
+def test_timings_that_cannot_be_fitted_are_refused() -> None:
+    with pytest.raises(ValueError, match="fewer than 2 learners"):
+        fit_all_reduce([(4096, 1e-4), (8192, 2e-4)], 1)
+    with pytest.raises(ValueError, match="2 sizes"):
+        fit_all_reduce([(4096, 1e-4), (4096, 2e-4)], 2)
+    with pytest.raises(ValueError, match="do not grow"):
+        fit_all_reduce([(4096, 2e-3), (1 << 20, 1e-3)], 2)
