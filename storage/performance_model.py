@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from storage.settings import Settings
+
 
 class Exchange(StrEnum):
     ALL_REDUCE = "allreduce"
@@ -42,6 +44,15 @@ class Network:
     bandwidth_bytes_s: float
     latency_s: float
     server_bandwidth_bytes_s: float | None = None  # None: as a learner's
+
+
+def configured_network(settings: Settings) -> Network:
+    """The links the platform is configured with (`DLAAS_NETWORK_*`)."""
+    return Network(
+        settings.network_bandwidth_bytes_s,
+        settings.network_latency_s,
+        settings.network_server_bandwidth_bytes_s,
+    )
 
 
 def compute_s(costs: ModelCosts, learners: int, global_batch: int) -> float:

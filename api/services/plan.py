@@ -25,21 +25,13 @@ from api.plan_schemas import (
 )
 from storage.calibration import Calibration
 from storage.job_plan import Candidate, plan
-from storage.performance_model import Exchange, ModelCosts, Network
+from storage.performance_model import Exchange, ModelCosts, Network, configured_network
 from storage.settings import Settings
 
 PERFORMANCE_EXAMPLE = (
     "performance: {sample_seconds: 0.002, step_overhead_seconds: 0.01, "
     "model_bytes: 50000000, samples: 6000000, batch_size: 256}"
 )
-
-
-def network_of(settings: Settings) -> Network:
-    return Network(
-        settings.network_bandwidth_bytes_s,
-        settings.network_latency_s,
-        settings.network_server_bandwidth_bytes_s,
-    )
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ def plan_manifest(
 ) -> PlanPublic:
     """The plan of an uploaded manifest, with the figures of a calibration if one is named.
     Raises `Invalid` naming the field at fault."""
-    return plan_of(parse_manifest(text), network_of(settings), calibrated)
+    return plan_of(parse_manifest(text), configured_network(settings), calibrated)
 
 
 def plan_of(

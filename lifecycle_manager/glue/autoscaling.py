@@ -37,7 +37,7 @@ from storage import jobs as repo
 from storage import streams
 from storage.job_states import JobState
 from storage.models import Job, JobEvent
-from storage.performance_model import Network
+from storage.performance_model import configured_network
 from storage.team_quotas import team_quotas
 
 MEASURE_SPAN_S = 5.0
@@ -84,11 +84,7 @@ async def _elastic_running(
         session, [job.id for job in jobs], (resizing.RESIZING_EVENT, _STATE_EVENT)
     )
     settings = ctx.settings
-    network = Network(
-        settings.network_bandwidth_bytes_s,
-        settings.network_latency_s,
-        settings.network_server_bandwidth_bytes_s,
-    )
+    network = configured_network(settings)
     found, costs = [], []
     for job in jobs:
         batch = batch_at(job.manifest, job.learners)
