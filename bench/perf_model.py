@@ -1,26 +1,37 @@
 """The performance model against real CPU learners: predicted and measured step times.
 
-Three multilayer perceptrons (about 0.2, 1.9 and 10.5 million parameters) train on random
-data with PyTorch on the CPU, one thread per learner, each learner a process of its own
-(as the local backend runs learners), the gradients all-reduced over gloo as one flat
-tensor after the backward pass (no overlap, as the model assumes).
+Three multilayer perceptrons (about 0.2, 1.9 and 10 million parameters) train on random data
+with PyTorch on the CPU, one thread per learner, each learner a process of its own (as the
+local backend runs learners), with 1 and 2 learners and either exchange:
+- all-reduce: the gradients all-reduced over gloo as one flat tensor after the backward pass
+  (no overlap, as the model assumes), then the learner's own SGD step;
+- parameter server: the learners attached to one dlaas-ps sidecar (`learner_image.ps`, sync
+  mode, one thread), the weights and gradients in its shared memory, `step()` pushing the
+  gradient and waiting for the server's update.
 
-Calibration, in the same run, as a job would calibrate on its own image:
-- compute: one learner's step at per-learner batches of 64 and 256; a line through the two
-  gives `sample_s` and `step_overhead_s` of `storage.performance_model`;
-- exchange: two processes average 1 and 32 MiB of gradients as training does (copied into
-  one flat tensor, all-reduced, copied back); a line through the two gives the exchange's
-  bandwidth and latency (for two learners the ring sends the model once each way:
-  model_bytes / bandwidth + 2 latency).
+Each model and learner count is one run of its learners, in which every step kind below
+takes turns in 10 rounds (so the load other tenants put on this shared machine falls on the
+calibrations and the measured steps alike); a step's time is the slowest learner's, and each
+figure the median over its steps (`bench._perf_model_learners`).
 
-Measured: each model with 1 learner (global batch 128, in the same process as its
-calibration, the three batches taking turns in 5 rounds) and 2 learners (global batch 256,
-128 each), the median of about a second of steps after a warm-up (`--steps` scales them).
-Figures: each case's predicted and measured milliseconds, and `mape` (mean absolute
-percentage error over the cases, as a fraction; target 0.10). The parameter-server exchange
-is not measured here.
+Calibration (never the measured configuration itself):
+- compute: steps at per-learner batches of 64 and 256 with nothing exchanged (for the
+  parameter server, computed into the sidecar's slot and not pushed), as many learners
+  computing at once as the case has; a line through the two gives `sample_s` and
+  `step_overhead_s` of `storage.performance_model` (and the SGD step's time, `update_s`);
+- exchange: gradients already computed, of 1 and 32 MiB, all-reduced (2 learners) and pushed
+  through a sidecar (1 and 2 learners), each after 3 ms of untimed compute as training has;
+  a line through the two sizes gives each exchange's bandwidth and latency in the model's
+  formulas (ring: 2 (n-1)/n bytes / bandwidth + 2 (n-1) latency; server: 2 n bytes /
+  bandwidth + 2 latency).
 
-Run from the repository root: `python -m bench.perf_model` (a few minutes). The last line is
+Predicted: `step_s` at per-learner batch 128 (global 128 and 256) for each exchange.
+Figures: each case's predicted and measured milliseconds; `mape` over all twelve (mean
+absolute percentage error, as a fraction; target 0.10), `mape_allreduce`, `mape_ps`; the
+calibration; and, for comparison, what one learner's compute calibration alone would predict
+for two (`predicted_from_one_learner_ms`: on two shared cores two learners slow each other).
+
+Run from the repository root: `python -m bench.perf_model` (3-5 minutes). The last line is
 the FINAL line, one JSON object `{"bench": "perf_model", ...}`.
 """
 
