@@ -1,26 +1,37 @@
 """The performance model against real CPU learners: predicted and measured step times.
 
-Three multilayer perceptrons (about 0.2, 1.9 and 10.5 million parameters) train on random
-data with PyTorch on the CPU, one thread per learner, each learner a process of its own
-(as the local backend runs learners), the gradients all-reduced over gloo as one flat
-tensor after the backward pass (no overlap, as the model assumes).
+Three multilayer perceptrons (about 0.2, 1.9 and 10 million parameters) train on random data
+with PyTorch on the CPU, one thread per learner, each learner a process of its own (as the
+local backend runs learners), with 1 and 2 learners and either exchange:
+- all-reduce: the gradients all-reduced over gloo as one flat tensor after the backward pass
+  (no overlap, as the model assumes), then the learner's own SGD step;
+- parameter server: the learners attached to one dlaas-ps sidecar (`learner_image.ps`, sync
+  mode, one thread), the weights and gradients in its shared memory, `step()` pushing the
+  gradient and waiting for the server's update.
 
-Calibration, in the same run, as a job would calibrate on its own image:
-- compute: one learner's step at per-learner batches of 64 and 256; a line through the two
-  gives `sample_s` and `step_overhead_s` of `storage.performance_model`;
-- exchange: two processes average 1 and 32 MiB of gradients as training does (copied into
-  one flat tensor, all-reduced, copied back); a line through the two gives the exchange's
-  bandwidth and latency (for two learners the ring sends the model once each way:
-  model_bytes / bandwidth + 2 latency).
+Each model and learner count is one run of its learners, in which every step kind below
+takes turns in 10 rounds (so the load other tenants put on this shared machine falls on the
+calibrations and the measured steps alike); a step's time is the slowest learner's, and each
+figure the median over its steps (`bench._perf_model_learners`).
 
-Measured: each model with 1 learner (global batch 128, in the same process as its
-calibration, the three batches taking turns in 5 rounds) and 2 learners (global batch 256,
-128 each), the median of about a second of steps after a warm-up (`--steps` scales them).
-Figures: each case's predicted and measured milliseconds, and `mape` (mean absolute
-percentage error over the cases, as a fraction; target 0.10). The parameter-server exchange
-is not measured here.
+Calibration (never the measured configuration itself):
+- compute: steps at per-learner batches of 64 and 256 with nothing exchanged (for the
+  parameter server, computed into the sidecar's slot and not pushed), as many learners
+  computing at once as the case has; a line through the two gives `sample_s` and
+  `step_overhead_s` of `storage.performance_model` (and the SGD step's time, `update_s`);
+- exchange: gradients already computed, of 1 and 32 MiB, all-reduced (2 learners) and pushed
+  through a sidecar (1 and 2 learners), each after 3 ms of untimed compute as training has;
+  a line through the two sizes gives each exchange's bandwidth and latency in the model's
+  formulas (ring: 2 (n-1)/n bytes / bandwidth + 2 (n-1) latency; server: 2 n bytes /
+  bandwidth + 2 latency).
 
-Run from the repository root: `python -m bench.perf_model` (a few minutes). The last line is
+Predicted: `step_s` at per-learner batch 128 (global 128 and 256) for each exchange.
+Figures: each case's predicted and measured milliseconds; `mape` over all twelve (mean
+absolute percentage error, as a fraction; target 0.10), `mape_allreduce`, `mape_ps`; the
+calibration; and, for comparison, what one learner's compute calibration alone would predict
+for two (`predicted_from_one_learner_ms`: on two shared cores two learners slow each other).
+
+Run from the repository root: `python -m bench.perf_model` (3-5 minutes). The last line is
 the FINAL line, one JSON object `{"bench": "perf_model", ...}`.
 """
 
@@ -30,19 +41,25 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
 from multiprocessing import get_context
 from multiprocessing.queues import Queue
+from pathlib import Path
 from typing import Any
 
 from bench._latency_stats import rounded
+from bench._perf_model_learners import StepSpec, Task, learner
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
 
-# layer widths, and steps timed per case: about a second of them, so that a step of 2 ms
-# is timed as steadily as one of 200
+ROOT = Path(__file__).resolve().parents[1]
+# layer widths, and steps timed per step kind: about a second of them, so that a step of
+# 2 ms is timed as steadily as one of 200
 MODELS = {
     "small": ((784, 256, 10), 400),
     "medium": ((784, 1024, 1024, 10), 60),
@@ -51,8 +68,9 @@ MODELS = {
 PER_LEARNER_BATCH = 128
 CALIBRATION_BATCHES = (64, 256)
 EXCHANGE_SIZES = ((1 << 20, 300), (32 << 20, 20))  # bytes, steps timed
-ROUNDS = 5
 TARGET_MAPE = 0.10
+EXCHANGES = {"allreduce": Exchange.ALL_REDUCE, "ps": Exchange.PARAMETER_SERVER}
+VIA = {"allreduce": "gloo", "ps": "ps"}
 
 
 def _free_port() -> int:
@@ -61,192 +79,260 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _learner(rank: int, world: int, port: int, task: dict[str, Any], results: Queue[Any]) -> None:
-    """One learner process: the median seconds of a step (or of averaging gradients) for
-    each of the task's sizes, timed in `ROUNDS` interleaved rounds (so that the machine's
-    drift over the run falls on every size alike), onto `results`."""
-    import torch
-    import torch.distributed as dist
+def _start_sidecar(region: Path, slots: int) -> subprocess.Popen[bytes]:
+    """dlaas-ps for `slots` learners, sync, with one thread as each learner has."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "learner_image.ps.server",
+            "--dir",
+            str(region),
+            "--slots",
+            str(slots),
+            "--mode",
+            "sync",
+            "--threads",
+            "1",
+            "--snapshot-interval",
+            "0",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
 
-    torch.set_num_threads(1)
-    if world > 1:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run(world: int, specs: list[StepSpec], scale: float) -> dict[str, float]:
+    """The steps on `world` learner processes at once (and a sidecar per ps step kind):
+    per step kind, the median over its steps of the slowest learner's time."""
+    specs = [
+        StepSpec(
+            s.name, s.via, round(s.steps * scale), s.widths, s.batch, s.exchange_bytes, s.region
         )
-    try:
-        if task["kind"] == "allreduce":
-            # gradients as a model holds them: a few tensors, averaged as training does
-            steps = {size: _exchange_step(torch, dist, size, world) for size in task["sizes"]}
-        else:
-            steps = _train_steps(torch, dist, world, task)
-        times: dict[int, list[float]] = {size: [] for size in steps}
-        per_round = max(task["steps"] // ROUNDS, 1)
-        for step in steps.values():  # warm-up
-            for _ in range(3):
-                step()
-        for _ in range(ROUNDS):
-            for size, step in steps.items():
-                for _ in range(per_round):
-                    if world > 1:
-                        dist.barrier()
-                    started = time.perf_counter()
-                    step()
-                    times[size].append(time.perf_counter() - started)
-        results.put((rank, {size: statistics.median(t) for size, t in times.items()}))
-    finally:
-        if world > 1:
-            dist.destroy_process_group()
-
-
-def _exchange_step(torch: Any, dist: Any, size: int, world: int) -> Callable[[], None]:
-    grads = [torch.ones(size // 16) for _ in range(4)]
-    return lambda: _average(torch, dist, grads, world)
-
-
-def _train_steps(
-    torch: Any, dist: Any, world: int, task: dict[str, Any]
-) -> dict[int, Callable[[], None]]:
-    """A training step of the task's model for each of its per-learner batch sizes."""
-    torch.manual_seed(task["seed"])
-    widths = task["widths"]
-    layers: list[Any] = []
-    for a, b in itertools.pairwise(widths):
-        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers[:-1])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    params = list(model.parameters())
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step_of(batch: int) -> Callable[[], None]:
-        inputs = torch.randn(batch, widths[0])
-        labels = torch.randint(0, widths[-1], (batch,))
-
-        def step() -> None:
-            optimizer.zero_grad()
-            loss_fn(model(inputs), labels).backward()
-            if world > 1:
-                _average(torch, dist, [p.grad for p in params], world)
-            optimizer.step()
-
-        return step
-
-    return {batch: step_of(batch) for batch in task["sizes"]}
-
-
-def _average(torch: Any, dist: Any, grads: list[Any], world: int) -> None:
-    """All-reduce the gradients as one flat tensor and average them in place."""
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for g in grads:
-        n = g.numel()
-        g.copy_(flat[offset : offset + n].view_as(g))
-        offset += n
-
-
-def run(world: int, task: dict[str, Any]) -> dict[int, float]:
-    """The task on `world` learner processes at once: per size, the slowest learner's median."""
-    context = get_context("spawn")
-    results: Queue[Any] = context.Queue()
-    port = _free_port()
-    processes = [
-        context.Process(target=_learner, args=(rank, world, port, task, results))
-        for rank in range(world)
+        for s in specs
     ]
-    for process in processes:
-        process.start()
-    found = [results.get(timeout=600)[1] for _ in processes]
-    for process in processes:
-        process.join(timeout=60)
-    return {size: max(medians[size] for medians in found) for size in found[0]}
+    base = Path(tempfile.mkdtemp(prefix="dlaas-bench-perf-", dir="/dev/shm"))
+    regions = {s.region_name for s in specs if s.via.startswith("ps")}
+    sidecars = [_start_sidecar(base / region, world) for region in sorted(regions)]
+    try:
+        task = Task(world, tuple(specs), port=_free_port(), region=str(base))
+        context = get_context("spawn")
+        results: Queue[Any] = context.Queue()
+        processes = [
+            context.Process(target=learner, args=(rank, task, results)) for rank in range(world)
+        ]
+        for process in processes:
+            process.start()
+        found = [results.get(timeout=900)[1] for _ in processes]
+        for process in processes:
+            process.join(timeout=60)
+    finally:
+        for sidecar in sidecars:
+            _stop(sidecar)
+        shutil.rmtree(base, ignore_errors=True)
+    # the k-th step is the same step on every learner: it took as long as the slowest one
+    return {
+        name: statistics.median(max(step) for step in zip(*(f[name] for f in found), strict=True))
+        for name in found[0]
+    }
 
 
 def parameters(widths: tuple[int, ...]) -> int:
     return sum(a * b + b for a, b in itertools.pairwise(widths))
 
 
+def exchange_specs(learners: int) -> list[StepSpec]:
+    """Gradients already computed, of 1 and 32 MiB, exchanged by all-reduce (with more than
+    one learner) and through the sidecar."""
+    vias = ("gloo", "ps") if learners > 1 else ("ps",)
+    return [
+        StepSpec(f"{via}-{size >> 20}mib", via, steps, exchange_bytes=size)
+        for via in vias
+        for size, steps in EXCHANGE_SIZES
+    ]
+
+
+def calibrate_exchanges(times: dict[str, float], learners: int) -> dict[str, Network]:
+    """A line through each exchange's times for the two sizes: its bandwidth and latency."""
+    (low, _), (high, _) = EXCHANGE_SIZES
+    networks: dict[str, Network] = {}
+    for via, exchange in (("gloo", "allreduce"), ("ps", "ps")):
+        if f"{via}-{low >> 20}mib" not in times:
+            continue
+        t_low, t_high = times[f"{via}-{low >> 20}mib"], times[f"{via}-{high >> 20}mib"]
+        per_byte = max(t_high - t_low, 1e-9) / (high - low)
+        if exchange == "allreduce":
+            # a ring of n sends 2 (n-1)/n of the bytes, 2 (n-1) messages
+            hops = 2 * (learners - 1)
+            bandwidth = hops / learners / per_byte
+            latency = max((t_low - hops / learners * low / bandwidth) / hops, 0.0)
+            networks[exchange] = Network(bandwidth_bytes_s=bandwidth, latency_s=latency)
+        else:
+            # every learner's gradient in, the weights out: 2 n bytes / bandwidth + 2 latency
+            bandwidth = 2 * learners / per_byte
+            latency = max((t_low - 2 * learners * low / bandwidth) / 2, 0.0)
+            networks[exchange] = Network(
+                bandwidth_bytes_s=bandwidth, latency_s=latency, server_bandwidth_bytes_s=bandwidth
+            )
+    return networks
+
+
+def network_figures(network: Network) -> dict[str, Any]:
+    bandwidth = network.server_bandwidth_bytes_s or network.bandwidth_bytes_s
+    return {
+        "bandwidth_gb_s": rounded(bandwidth / 1e9, 3),
+        "latency_us": rounded(network.latency_s * 1e6, 1),
+    }
+
+
+def model_costs(times: dict[str, float], widths: tuple[int, ...], prefix: str) -> ModelCosts:
+    """A line through the step times at the calibration batches, and the update's share."""
+    small, large = CALIBRATION_BATCHES
+    t_small, t_large = times[f"{prefix}-{small}"], times[f"{prefix}-{large}"]
+    sample_s = (t_large - t_small) / (large - small)
+    updates = [times.get(f"{prefix}-{b}/update", 0.0) for b in CALIBRATION_BATCHES]
+    return ModelCosts(
+        sample_s=sample_s,
+        step_overhead_s=max(t_small - sample_s * small, 0.0),
+        model_bytes=parameters(widths) * 4,
+        update_s=statistics.fmean(updates),
+    )
+
+
+def measure_model(widths: tuple[int, ...], steps: int, scale: float) -> dict[int, Any]:
+    """With 1 and 2 learners: the calibrations (compute with no exchange, the exchanges of
+    gradients already computed) and the measured steps (all-reduce, parameter server), all
+    taking turns in the same processes."""
+    found = {}
+    for learners in (1, 2):
+        specs = [
+            *(StepSpec(f"compute-{b}", "local", steps, widths, b) for b in CALIBRATION_BATCHES),
+            *(
+                StepSpec(f"ps-compute-{b}", "ps-compute", steps, widths, b, region="model")
+                for b in CALIBRATION_BATCHES
+            ),
+            *exchange_specs(learners),
+            StepSpec("allreduce", "gloo", steps, widths, PER_LEARNER_BATCH),
+            StepSpec("ps", "ps", steps, widths, PER_LEARNER_BATCH, region="model"),
+        ]
+        times = run(learners, specs, scale)
+        found[learners] = {
+            "times": times,
+            "costs": {
+                "allreduce": model_costs(times, widths, "compute"),
+                "ps": model_costs(times, widths, "ps-compute"),
+            },
+            "networks": calibrate_exchanges(times, learners),
+        }
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=float, default=1.0, help="steps timed, as a multiple")
     args = parser.parse_args()
-    seed = 7
-    (low, low_steps), (high, high_steps) = EXCHANGE_SIZES
-    exchange = run(
-        2,
-        {
-            "kind": "allreduce",
-            "sizes": [low, high],
-            "steps": round(max(low_steps, high_steps) * args.steps),
-        },
-    )
-    t_low, t_high = exchange[low], exchange[high]
-    bandwidth = (high - low) / max(t_high - t_low, 1e-9)
-    latency = max((t_low - low / bandwidth) / 2, 0.0)
-    network = Network(bandwidth_bytes_s=bandwidth, latency_s=latency)
-    print(
-        f"[perf_model] all-reduce: {t_low * 1e3:.2f} ms for 1 MiB, {t_high * 1e3:.2f} ms for "
-        f"32 MiB: {bandwidth / 1e9:.2f} GB/s, latency {latency * 1e6:.0f} us",
-        flush=True,
-    )
+    load_before = os.getloadavg()
+    began = time.perf_counter()
     cases: list[dict[str, Any]] = []
+    calibration: dict[str, Any] = {}
     for name, (widths, steps) in MODELS.items():
-        train = {
-            "kind": "train",
-            "widths": widths,
-            "steps": round(steps * args.steps),
-            "seed": seed,
-        }
-        small, large = CALIBRATION_BATCHES
-        # one learner: the calibration's two batches and the measured one, interleaved
-        alone = run(1, {**train, "sizes": [small, large, PER_LEARNER_BATCH]})
-        sample_s = (alone[large] - alone[small]) / (large - small)
-        costs = ModelCosts(
-            sample_s=sample_s,
-            step_overhead_s=max(alone[small] - sample_s * small, 0.0),
-            model_bytes=parameters(widths) * 4,
-        )
-        for learners in (1, 2):
-            if learners == 1:
-                measured = alone[PER_LEARNER_BATCH]
-            else:
-                measured = run(learners, {**train, "sizes": [PER_LEARNER_BATCH]})[PER_LEARNER_BATCH]
-            global_batch = learners * PER_LEARNER_BATCH
-            predicted = step_s(costs, network, learners, global_batch, Exchange.ALL_REDUCE)
-            case = {
-                "model": name,
-                "parameters": parameters(widths),
-                "learners": learners,
-                "global_batch": global_batch,
-                "predicted_ms": rounded(predicted * 1e3, 2),
-                "measured_ms": rounded(measured * 1e3, 2),
-                "error": rounded(abs(predicted - measured) / measured, 3),
+        found = measure_model(widths, steps, args.steps)
+        calibration[name] = {
+            f"{learners}_learners": {
+                "compute": {
+                    exchange: {
+                        "sample_us": rounded(costs.sample_s * 1e6, 2),
+                        "step_overhead_ms": rounded(costs.step_overhead_s * 1e3, 3),
+                        "update_ms": rounded(costs.update_s * 1e3, 3),
+                    }
+                    for exchange, costs in f["costs"].items()
+                },
+                **{
+                    exchange: {
+                        **network_figures(network),
+                        **{
+                            f"{size >> 20}mib_ms": rounded(
+                                f["times"][f"{VIA[exchange]}-{size >> 20}mib"] * 1e3, 3
+                            )
+                            for size, _ in EXCHANGE_SIZES
+                        },
+                    }
+                    for exchange, network in f["networks"].items()
+                },
             }
-            cases.append(case)
-            print(
-                f"[perf_model] {name} ({case['parameters']:,} parameters), {learners} "
-                f"learner(s): predicted {case['predicted_ms']} ms, measured "
-                f"{case['measured_ms']} ms, error {case['error']}",
-                flush=True,
-            )
-    mape = statistics.fmean(
-        abs(c["predicted_ms"] - c["measured_ms"]) / c["measured_ms"] for c in cases
-    )
+            for learners, f in found.items()
+        }
+        for exchange, kind in EXCHANGES.items():
+            for learners in (1, 2):
+                costs: ModelCosts = found[learners]["costs"][exchange]
+                # one learner all-reducing exchanges nothing: any link will do
+                network = found[learners]["networks"].get(exchange, found[2]["networks"][exchange])
+                measured = found[learners]["times"][exchange]
+                global_batch = learners * PER_LEARNER_BATCH
+                predicted = step_s(costs, network, learners, global_batch, kind)
+                # what a planner that profiled one learner alone would predict
+                alone = step_s(found[1]["costs"][exchange], network, learners, global_batch, kind)
+                case = {
+                    "model": name,
+                    "parameters": parameters(widths),
+                    "exchange": exchange,
+                    "learners": learners,
+                    "global_batch": global_batch,
+                    "predicted_ms": rounded(predicted * 1e3, 2),
+                    "measured_ms": rounded(measured * 1e3, 2),
+                    "error": rounded(abs(predicted - measured) / measured, 3),
+                    "predicted_from_one_learner_ms": rounded(alone * 1e3, 2),
+                }
+                cases.append(case)
+                print(
+                    f"[perf_model] {name} ({case['parameters']:,} parameters), {exchange}, "
+                    f"{learners} learner(s): predicted {case['predicted_ms']} ms, measured "
+                    f"{case['measured_ms']} ms, error {case['error']}",
+                    flush=True,
+                )
+
+    def mape(selected: list[dict[str, Any]]) -> float | None:
+        return rounded(
+            statistics.fmean(
+                abs(c["predicted_ms"] - c["measured_ms"]) / c["measured_ms"] for c in selected
+            ),
+            3,
+        )
+
     print(
         json.dumps(
             {
                 "bench": "perf_model",
-                "mape": rounded(mape, 3),
+                "mape": mape(cases),
                 "target_mape": TARGET_MAPE,
-                "mape_two_learners": rounded(
-                    statistics.fmean(c["error"] for c in cases if c["learners"] == 2), 3
+                "mape_allreduce": mape([c for c in cases if c["exchange"] == "allreduce"]),
+                "mape_ps": mape([c for c in cases if c["exchange"] == "ps"]),
+                "mape_two_learners": mape([c for c in cases if c["learners"] == 2]),
+                "mape_two_learners_from_one_learner_compute": rounded(
+                    statistics.fmean(
+                        abs(c["predicted_from_one_learner_ms"] - c["measured_ms"])
+                        / c["measured_ms"]
+                        for c in cases
+                        if c["learners"] == 2
+                    ),
+                    3,
                 ),
-                "bandwidth_gb_s": rounded(bandwidth / 1e9, 3),
-                "latency_us": rounded(latency * 1e6, 1),
+                "calibration": calibration,
                 "cases": cases,
-                "exchange": "allreduce",
                 "machine_cores": os.cpu_count(),
-                "load_average_before": rounded(os.getloadavg()[0], 2),
+                "load_average_before": rounded(load_before[0], 2),
+                "load_average_after": rounded(os.getloadavg()[0], 2),
+                "seconds": rounded(time.perf_counter() - began, 1),
             }
         ),
         flush=True,

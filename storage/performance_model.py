@@ -5,12 +5,20 @@ share of the batch and the exchange of gradients (Yan et al., KDD 2015, in its s
 form that still shows where scaling stops):
 
     compute  = step_overhead_s + sample_s * global_batch / learners
+               (less update_s with a parameter server, which updates the weights instead)
     exchange = ring all-reduce: 2 (n-1)/n * model_bytes / bandwidth + 2 (n-1) * latency
                parameter server: every learner sends and receives model_bytes through the
                server's link: 2 n * model_bytes / server_bandwidth + 2 * latency
 
-One learner exchanges nothing. Throughput is the global batch over the step time; scaling
-efficiency is the throughput over n times one learner's at the same per-learner batch.
+One learner all-reducing exchanges nothing; one learner with a parameter server still pushes
+its gradient through the server and waits for the new weights (dlaas runs the sidecar
+whenever the manifest asks for one, for a single learner too). For dlaas's shared-memory
+sidecar (`learner_image.ps`) the server's "link" is its pass over memory: it reads each
+learner's gradient where the learner wrote it and updates the weights in place, so
+`server_bandwidth_bytes_s` is what that pass achieves and `latency_s` the slot's signalling.
+
+Throughput is the global batch over the step time; scaling efficiency is the throughput over
+n times one learner's at the same per-learner batch (with the same exchange).
 """
 
 from __future__ import annotations
@@ -30,11 +38,15 @@ class Exchange(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ModelCosts:
     """What one step asks of a learner: seconds of compute per sample and per step (the
-    optimizer's update, launches), and the bytes of gradients it exchanges."""
+    optimizer's update, launches), and the bytes of gradients it exchanges. `update_s` is
+    the optimizer's update's share of `step_overhead_s` (0: unknown, or negligible): a
+    learner with a parameter server leaves the update to the server, whose cost the
+    exchange counts."""
 
     sample_s: float
     step_overhead_s: float
     model_bytes: int
+    update_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +67,19 @@ def configured_network(settings: Settings) -> Network:
     )
 
 
-def compute_s(costs: ModelCosts, learners: int, global_batch: int) -> float:
-    return costs.step_overhead_s + costs.sample_s * global_batch / learners
+def compute_s(
+    costs: ModelCosts, learners: int, global_batch: int, exchange: Exchange = Exchange.ALL_REDUCE
+) -> float:
+    """A learner's seconds of compute in one step (its own update left out when a parameter
+    server does it)."""
+    overhead = costs.step_overhead_s
+    if exchange is Exchange.PARAMETER_SERVER:
+        overhead = max(overhead - costs.update_s, 0.0)
+    return overhead + costs.sample_s * global_batch / learners
 
 
 def exchange_s(costs: ModelCosts, network: Network, learners: int, exchange: Exchange) -> float:
-    if learners <= 1:
+    if learners < 1 or (learners == 1 and exchange is Exchange.ALL_REDUCE):
         return 0.0
     if exchange is Exchange.ALL_REDUCE:
         hops = 2 * (learners - 1)
@@ -75,7 +94,9 @@ def step_s(
     costs: ModelCosts, network: Network, learners: int, global_batch: int, exchange: Exchange
 ) -> float:
     """Predicted seconds of one step."""
-    return compute_s(costs, learners, global_batch) + exchange_s(costs, network, learners, exchange)
+    return compute_s(costs, learners, global_batch, exchange) + exchange_s(
+        costs, network, learners, exchange
+    )
 
 
 def throughput(

@@ -19,9 +19,36 @@ COSTS = ModelCosts(sample_s=0.002, step_overhead_s=0.01, model_bytes=100 << 20)
 NETWORK = Network(bandwidth_bytes_s=1.25e9, latency_s=1e-4)
 
 
-def test_one_learner_only_computes() -> None:
+def test_one_learner_all_reducing_only_computes() -> None:
     assert step_s(COSTS, NETWORK, 1, 64, Exchange.ALL_REDUCE) == pytest.approx(0.01 + 0.002 * 64)
-    assert exchange_s(COSTS, NETWORK, 1, Exchange.PARAMETER_SERVER) == 0
+    assert exchange_s(COSTS, NETWORK, 1, Exchange.ALL_REDUCE) == 0
+
+
+def test_one_learner_with_a_parameter_server_still_goes_through_it() -> None:
+    assert exchange_s(COSTS, NETWORK, 1, Exchange.PARAMETER_SERVER) == pytest.approx(
+        2 * (100 << 20) / 1.25e9 + 2 * 1e-4
+    )
+
+
+def test_a_parameter_server_takes_the_update_off_the_learner() -> None:
+    costs = ModelCosts(sample_s=0.002, step_overhead_s=0.01, model_bytes=100 << 20, update_s=0.004)
+    ps = step_s(costs, NETWORK, 2, 64, Exchange.PARAMETER_SERVER)
+    assert ps == pytest.approx(
+        0.006 + 0.002 * 32 + exchange_s(costs, NETWORK, 2, Exchange.PARAMETER_SERVER)
+    )
+    # an all-reducing learner updates its own replica: the update stays in its step
+    assert step_s(costs, NETWORK, 2, 64, Exchange.ALL_REDUCE) == pytest.approx(
+        step_s(COSTS, NETWORK, 2, 64, Exchange.ALL_REDUCE)
+    )
+    # without an update share, as before
+    assert step_s(COSTS, NETWORK, 2, 64, Exchange.PARAMETER_SERVER) == pytest.approx(
+        0.01 + 0.002 * 32 + exchange_s(COSTS, NETWORK, 2, Exchange.PARAMETER_SERVER)
+    )
+
+
+def test_scaling_efficiency_with_a_parameter_server_is_against_one_learner_with_it() -> None:
+    assert scaling_efficiency(COSTS, NETWORK, 1, 64, Exchange.PARAMETER_SERVER) == pytest.approx(1)
+    assert 0 < scaling_efficiency(COSTS, NETWORK, 4, 256, Exchange.PARAMETER_SERVER) < 1
 
 
 def test_ring_all_reduce_sends_twice_the_model_less_a_share() -> None:
