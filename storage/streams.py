@@ -649,6 +649,16 @@ async def aread_metrics(
     return _metrics(await redis.xread(**kwargs))
 
 
+async def aread_metrics_since(
+    redis: AsyncRedis, job_id: str, since: float, count: int
+) -> list[tuple[StreamId, MetricBatch]]:
+    """The metric batches added since `since` (seconds since the epoch: stream ids are the
+    times Redis added them), newest first, at most `count`."""
+    start = f"{max(int(since * 1000), 0)}-0"
+    answer = await redis.xrevrange(metrics_key(job_id), max="+", min=start, count=count) or []
+    return [(as_text(i), decode_metric_batch(f or {})) for i, f in answer]
+
+
 async def aread_metrics_newest(
     redis: AsyncRedis, job_id: str, count: int
 ) -> list[tuple[StreamId, MetricBatch]]:

@@ -8,8 +8,9 @@ Under the scheduler's lock, on what the pass just committed (its admissions hold
         -> throughput_curve -> elastic_pass -> resizing.record for each resize
 
 A job's size counts as measured once its chief reported steps over at least
-`MEASURE_SPAN_S`; until then, and for `autoscale_interval_s` after it last started or
-resized, it keeps its size. What a resize costs is measured too: from its `resizing` event
+`MEASURE_SPAN_S` (its throughput now is that over the last `MEASURE_WINDOW_S`); until
+then, and for `autoscale_interval_s` after it last started or resized, it keeps its size.
+What a resize costs is measured too: from its `resizing` event
 to the new attempt running.
 """
 
@@ -41,7 +42,8 @@ from storage.performance_model import configured_network
 from storage.team_quotas import team_quotas
 
 MEASURE_SPAN_S = 5.0
-_METRIC_BATCHES = 50
+MEASURE_WINDOW_S = 60.0  # the throughput now: over the chief's points of the last minute
+_METRIC_BATCHES = 2000
 _STATE_EVENT = "state"
 
 
@@ -55,8 +57,10 @@ def is_elastic(manifest: Mapping[str, Any]) -> bool:
 
 
 async def _chief_points(ctx: Context, job_id: str, attempt: int) -> list[tuple[float, int]]:
-    """(time, step) of the chief's newest metric points in `attempt`, oldest first."""
-    batches = await streams.aread_metrics_newest(ctx.redis, job_id, _METRIC_BATCHES)
+    """(time, step) of the chief's metric points of `attempt` in the last
+    `MEASURE_WINDOW_S`, oldest first."""
+    since = ctx.clock().timestamp() - MEASURE_WINDOW_S
+    batches = await streams.aread_metrics_since(ctx.redis, job_id, since, _METRIC_BATCHES)
     points = [
         (record.time, record.step)
         for _, batch in batches

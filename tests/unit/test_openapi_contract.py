@@ -47,7 +47,17 @@ def test_each_operation_declares_the_statuses_it_can_give(document: dict[str, An
     assert {"400", "403", "409"} <= declared["POST /v2/users"]
     assert "404" not in declared["GET /v2/jobs"]
     # a plan reads and writes nothing: only its body, its token and its key can be refused
-    assert declared["POST /v2/plan"] == {"200", "400", "401", "409", "413", "422", "429", "503"}
+    assert declared["POST /v2/plan"] == {
+        "200",
+        "400",
+        "401",
+        "404",
+        "409",
+        "413",
+        "422",
+        "429",
+        "503",
+    }
     # a 403 where the permission table lets a caller who sees the job or team be too weak
     assert "403" in declared["POST /v2/jobs/{job_id}/halt"]
     assert "403" in declared["POST /v2/teams/{team}/members"]
