@@ -1,6 +1,8 @@
-"""The Helm chart: lint-clean, and everything it renders, with the default and with full
-values, valid for Kubernetes 1.30 and 1.37 (strict); the settings it wires are dlaas's. It
-ships no secret: without strong ones given, it refuses to render and names the fix."""
+"""The Helm chart: lint-clean, and everything it renders, with the default, with full values
+and with a fixed-size control plane, valid for Kubernetes 1.30 and 1.37 (strict); the
+settings it wires are dlaas's. It ships no secret: without strong ones given, it refuses to
+render and names the fix. Its autoscalers scale the API on CPU and the workers on the queue
+gauge the API serves; its disruption budgets never hold a drain."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from api.routes import system
 from cli.secrets import KNOWN_DEFAULTS
 from storage.settings import Settings
 from tests.heartbeat_probe import (
@@ -83,7 +86,24 @@ FULL_VALUES: dict[str, Any] = {
             "tls": [{"secretName": "dlaas-tls", "hosts": ["dlaas.example.com"]}],
         },
         "service": {"type": "LoadBalancer"},
+        "autoscaling": {
+            "maxReplicas": 6,
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
+        },
     },
+    "worker": {
+        "autoscaling": {
+            "queueLength": {
+                "selector": {"queue": "celery", "app_kubernetes_io_instance": RELEASE},
+                "tasksPerWorker": 3,
+            },
+            "targetCPUUtilizationPercentage": 80,
+            "behavior": {
+                "scaleUp": {"policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]}
+            },
+        }
+    },
+    "podDisruptionBudget": {"maxUnavailable": "25%"},
     "learners": {
         "namespace": "dlaas-learners",
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
@@ -117,6 +137,12 @@ EXTERNAL_VALUES: dict[str, Any] = {
     "worker": {"autoscaling": {"enabled": False}, "replicas": 3},
     "learners": {"gangAdmission": False},
 }
+# A control plane of fixed size: no autoscalers, no disruption budgets.
+FIXED_VALUES: dict[str, Any] = {
+    "api": {"autoscaling": {"enabled": False}, "replicas": 2, "scrapeAnnotations": False},
+    "worker": {"autoscaling": {"enabled": False}, "replicas": 3},
+    "podDisruptionBudget": {"enabled": False},
+}
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +175,7 @@ def rendered(helm: Any) -> dict[str, list[dict[str, Any]]]:
         "default": render(helm, SECRETS),
         "full": render(helm, merged(SECRETS, FULL_VALUES)),
         "external": render(helm, EXTERNAL_VALUES),
+        "fixed": render(helm, merged(SECRETS, FIXED_VALUES)),
     }
 
 
@@ -158,8 +185,8 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 @pytest.mark.parametrize(
     "values",
-    [SECRETS, merged(SECRETS, FULL_VALUES), EXTERNAL_VALUES],
-    ids=["default", "full", "external"],
+    [SECRETS, merged(SECRETS, FULL_VALUES), EXTERNAL_VALUES, merged(SECRETS, FIXED_VALUES)],
+    ids=["default", "full", "external", "fixed"],
 )
 def test_lint_is_clean(helm: Any, values: dict[str, Any]) -> None:
     report = helm.chart.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
@@ -171,6 +198,7 @@ def test_every_distinct_object_validates_strictly(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     seen: set[str] = set()
+    kinds: set[str] = set()
     failures = []
     for objects in rendered.values():
         for obj in objects:
@@ -178,12 +206,14 @@ def test_every_distinct_object_validates_strictly(
             if digest in seen:
                 continue  # the same object in another rendering: validated once
             seen.add(digest)
+            kinds.add(obj["kind"])
             for version in VERSIONS:
                 try:
                     kubernetes_validate.validate(obj, version, strict=True)
                 except kubernetes_validate.ValidationError as error:
                     failures.append(f"{obj['kind']} {obj['metadata']['name']} ({version}): {error}")
     assert not failures, "\n".join(failures)
+    assert {"Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= kinds
 
 
 def test_the_default_release_has_every_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -429,3 +459,188 @@ def test_no_rendered_object_carries_a_default_secret(
     secret = by_kind(rendered["default"])[("Secret", RELEASE)]["stringData"]
     assert secret["DLAAS_ADMIN_TOKEN"] == SECRETS["adminToken"]
     assert f":{SECRETS['postgresql']['password']}@" in secret["DLAAS_DATABASE_URL"]
+
+
+# The control plane scales itself: HorizontalPodAutoscalers and PodDisruptionBudgets.
+
+SCALED = ("api", "worker")  # by an autoscaler unless it is off
+BUDGETED = ("api", "worker", "monitor")  # components that may run several replicas
+SINGLE = ("beat", "pod-watcher")  # one replica each, always
+
+
+def queue_metric_name() -> str:
+    [family] = system.CELERY_QUEUE_LENGTH.describe()
+    return family.name
+
+
+def test_the_api_scales_on_cpu_and_the_workers_on_the_queue_the_api_reports(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["default"])
+    for component in SCALED:
+        hpa = objects[("HorizontalPodAutoscaler", f"{RELEASE}-{component}")]
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        target = hpa["spec"]["scaleTargetRef"]
+        deployment = objects[(target["kind"], target["name"])]
+        assert deployment["apiVersion"] == target["apiVersion"] == "apps/v1"
+        assert deployment["metadata"]["name"] == f"{RELEASE}-{component}"
+        assert "replicas" not in deployment["spec"]  # the autoscaler's to set, not helm's
+        assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    [api_metric] = objects[("HorizontalPodAutoscaler", f"{RELEASE}-api")]["spec"]["metrics"]
+    assert api_metric == {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+    }
+    [queue] = objects[("HorizontalPodAutoscaler", f"{RELEASE}-worker")]["spec"]["metrics"]
+    assert queue["type"] == "External"
+    assert queue["external"]["metric"] == {
+        "name": queue_metric_name(),
+        "selector": {"matchLabels": {"queue": system.CELERY_QUEUE}},
+    }
+    assert queue["external"]["target"] == {"type": "AverageValue", "averageValue": "5"}
+    for component in SINGLE:
+        assert ("HorizontalPodAutoscaler", f"{RELEASE}-{component}") not in objects
+        assert objects[("Deployment", f"{RELEASE}-{component}")]["spec"]["replicas"] == 1
+
+
+def test_the_prometheus_adapter_rule_the_chart_documents_serves_the_metric_it_scales_on() -> None:
+    """values.yaml's rule, as an operator copies it into prometheus-adapter's values."""
+    text = (CHART / "values.yaml").read_text()
+    block = re.search(r"^ *#   rules:\n((?: *#  .*\n)+)", text, re.MULTILINE)
+    assert block is not None
+    rules = yaml.safe_load(
+        "rules:\n"
+        + "".join(line.split("#", 1)[1][3:] + "\n" for line in block.group(1).splitlines())
+    )
+    [rule] = rules["rules"]["external"]
+    metric = queue_metric_name()
+    assert rule["seriesQuery"].startswith(metric + "{")
+    assert rule["resources"] == {"overrides": {"namespace": {"resource": "namespace"}}}
+    # Every API pod reports the whole queue: the rule takes one of them, never their sum.
+    assert rule["metricsQuery"].startswith("max by (queue) (")
+    values = yaml.safe_load(text)["worker"]["autoscaling"]["queueLength"]
+    assert values["metric"] == metric and values["selector"] == {"queue": system.CELERY_QUEUE}
+
+
+def test_scaled_workers_never_embed_the_beat(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Each worker replica would schedule every reconcile again: the beat runs on its own."""
+    objects = by_kind(rendered["default"])
+    [worker] = objects[("Deployment", f"{RELEASE}-worker")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--no-beat" in worker["command"]
+    assert not {"-B", "--beat"} & set(worker["command"])
+    [beat] = objects[("Deployment", f"{RELEASE}-beat")]["spec"]["template"]["spec"]["containers"]
+    assert "beat" in beat["command"]
+
+
+def test_every_budget_selects_exactly_its_components_pods_and_never_holds_a_drain(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for rendering, max_unavailable in (("default", 1), ("full", "25%")):
+        objects = by_kind(rendered[rendering])
+        budgets = {name for kind, name in objects if kind == "PodDisruptionBudget"}
+        assert budgets == {f"{RELEASE}-{component}" for component in BUDGETED}
+        pods = [
+            obj["spec"]["template"]["metadata"]["labels"]
+            for obj in objects.values()
+            if obj["kind"] in ("Deployment", "StatefulSet")
+        ]
+        for component in BUDGETED:
+            budget = objects[("PodDisruptionBudget", f"{RELEASE}-{component}")]
+            assert budget["apiVersion"] == "policy/v1"
+            deployment = objects[("Deployment", f"{RELEASE}-{component}")]
+            selector = budget["spec"]["selector"]["matchLabels"]
+            assert selector == deployment["spec"]["selector"]["matchLabels"]
+            chosen = [labels for labels in pods if selector.items() <= labels.items()]
+            assert chosen == [deployment["spec"]["template"]["metadata"]["labels"]]
+            # maxUnavailable, not minAvailable: one replica may still be evicted
+            assert "minAvailable" not in budget["spec"]
+            assert budget["spec"]["maxUnavailable"] == max_unavailable
+            assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_turned_off_the_autoscalers_and_budgets_are_absent_and_replicas_are_fixed(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["fixed"])
+    kinds = {kind for kind, _ in objects}
+    assert "HorizontalPodAutoscaler" not in kinds and "PodDisruptionBudget" not in kinds
+    assert objects[("Deployment", f"{RELEASE}-api")]["spec"]["replicas"] == 2
+    assert objects[("Deployment", f"{RELEASE}-worker")]["spec"]["replicas"] == 3
+    for component in (*SINGLE, "monitor"):
+        assert objects[("Deployment", f"{RELEASE}-{component}")]["spec"]["replicas"] == 1
+    external = by_kind(rendered["external"])  # autoscalers off, budgets left on
+    assert not [name for kind, name in external if kind == "HorizontalPodAutoscaler"]
+    assert external[("Deployment", f"{RELEASE}-worker")]["spec"]["replicas"] == 3
+    assert ("PodDisruptionBudget", f"{RELEASE}-worker") in external
+
+
+def test_the_full_values_scale_workers_on_the_queue_and_cpu_with_the_behavior_given(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["full"])
+    worker = objects[("HorizontalPodAutoscaler", f"{RELEASE}-worker")]["spec"]
+    queue, cpu = worker["metrics"]
+    assert queue["external"]["metric"]["selector"]["matchLabels"] == {
+        "queue": "celery",
+        "app_kubernetes_io_instance": RELEASE,
+    }
+    assert queue["external"]["target"]["averageValue"] == "3"
+    assert cpu["resource"]["target"] == {"type": "Utilization", "averageUtilization": 80}
+    assert worker["behavior"] == FULL_VALUES["worker"]["autoscaling"]["behavior"]
+    api = objects[("HorizontalPodAutoscaler", f"{RELEASE}-api")]["spec"]
+    assert api["maxReplicas"] == 6
+    assert api["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 600}}
+
+
+def test_the_api_pods_invite_prometheus_to_scrape_their_metrics(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    api = by_kind(rendered["default"])[("Deployment", f"{RELEASE}-api")]["spec"]["template"]
+    annotations = api["metadata"]["annotations"]
+    [container] = api["spec"]["containers"]
+    [port] = container["ports"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    fixed = by_kind(rendered["fixed"])[("Deployment", f"{RELEASE}-api")]["spec"]["template"]
+    assert not [key for key in fixed["metadata"]["annotations"] if key.startswith("prometheus")]
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        (
+            {"worker": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}},
+            "worker.autoscaling.maxReplicas (2) is below worker.autoscaling.minReplicas (5)",
+        ),
+        (
+            {"api": {"autoscaling": {"minReplicas": 0}}},
+            "api.autoscaling.minReplicas must be at least 1",
+        ),
+        (
+            {"worker": {"autoscaling": {"queueLength": {"enabled": False}}}},
+            "worker.autoscaling has no metric",
+        ),
+    ],
+    ids=["max-below-min", "min-zero", "worker-without-metric"],
+)
+def test_autoscaling_that_cannot_work_fails_rendering_naming_the_value(
+    helm: Any, values: dict[str, Any], why: str
+) -> None:
+    assert why in refusal(helm, merged(SECRETS, values))
+
+
+def test_workers_may_scale_on_cpu_alone_where_no_metrics_adapter_runs(helm: Any) -> None:
+    cpu_only = {
+        "worker": {
+            "autoscaling": {"queueLength": {"enabled": False}, "targetCPUUtilizationPercentage": 70}
+        }
+    }
+    objects = by_kind(render(helm, merged(SECRETS, cpu_only)))
+    hpa = objects[("HorizontalPodAutoscaler", f"{RELEASE}-worker")]
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    for version in VERSIONS:
+        kubernetes_validate.validate(hpa, version, strict=True)
