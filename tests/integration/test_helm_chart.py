@@ -504,7 +504,8 @@ def test_the_api_scales_on_cpu_and_the_workers_on_the_queue_the_api_reports(
 
 
 def test_the_prometheus_adapter_rule_the_chart_documents_serves_the_metric_it_scales_on() -> None:
-    """values.yaml's rule, as an operator copies it into prometheus-adapter's values."""
+    """values.yaml's rule, as an operator copies it into prometheus-adapter's values, and the
+    README's, the same."""
     text = (CHART / "values.yaml").read_text()
     block = re.search(r"^ *#   rules:\n((?: *#  .*\n)+)", text, re.MULTILINE)
     assert block is not None
@@ -520,6 +521,9 @@ def test_the_prometheus_adapter_rule_the_chart_documents_serves_the_metric_it_sc
     assert rule["metricsQuery"].startswith("max by (queue) (")
     values = yaml.safe_load(text)["worker"]["autoscaling"]["queueLength"]
     assert values["metric"] == metric and values["selector"] == {"queue": system.CELERY_QUEUE}
+    readme = (CHART.parents[1] / "README.md").read_text()
+    [documented] = re.findall(r"```yaml\n(rules:\n  external:\n.*?)```", readme, re.DOTALL)
+    assert yaml.safe_load(documented) == rules
 
 
 def test_scaled_workers_never_embed_the_beat(rendered: dict[str, list[dict[str, Any]]]) -> None:
