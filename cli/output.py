@@ -156,14 +156,62 @@ def format_from_now(value: Any, now: datetime | None = None) -> str:
 
 
 def format_size(size: Any) -> str:
-    if not isinstance(size, int | float):
+    """Bytes in binary units: "512 B", "3.0 MiB", "23.5 GiB", "1.5 TiB"; "-" for none."""
+    if isinstance(size, bool) or not isinstance(size, int | float):
         return "-"
     value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    for unit in units:
+        if abs(value) < 1024 or unit == units[-1]:
+            break
         value /= 1024
-    return f"{value:.1f} GiB"
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def format_seconds(value: float | None) -> str:
+    """A short span: "50 us", "12.5 ms", "1.25 s", else as `format_duration`."""
+    if value is None:
+        return "-"
+    for scale, unit in ((1e6, "us"), (1e3, "ms")):
+        if value * scale < 999.5:  # what .3g shows as at most 999
+            return f"{value * scale:.3g} {unit}"
+    if value < 59.5:
+        return f"{value:.3g} s"
+    return format_duration(value)
+
+
+def format_duration(value: float | None) -> str:
+    """A long span: "5.39 s", "12m 30s", "2h 05m", "3d 4h"; "-" for none."""
+    if value is None:
+        return "-"
+    if value < 59.5:
+        return format_seconds(value)
+    seconds = round(value)
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86_400
+    if hours == 0:
+        return f"{minutes}m {seconds % 60:02d}s"
+    if days == 0:
+        return f"{hours}h {minutes % 60:02d}m"
+    return f"{days}d {hours % 24}h"
+
+
+def format_field(key: str, value: Any) -> tuple[str, str] | None:
+    """A response field that holds a size or a span, as `(label, text)` in human units:
+    `memory_bytes` -> ("memory", "23.5 GiB"), `memory_bytes_used` -> ("memory_used", ...),
+    `elapsed_s`/`elapsed_seconds` -> ("elapsed", "12m 30s"); None for any other field.
+    (`--output json` keeps the numbers as the server sent them.)"""
+    if isinstance(value, bool) or not isinstance(value, int | float | None):
+        return None
+    parts = key.split("_")
+    for unit, shown in (
+        ("bytes", format_size),
+        ("s", format_duration),
+        ("seconds", format_duration),
+    ):
+        if unit in parts[1:]:
+            parts.remove(unit)
+            return "_".join(parts), shown(value)
+    return None
 
 
 def format_number(value: Any) -> str:

@@ -1,13 +1,16 @@
 """The CLI in a plain terminal: stdout not a TTY, COLUMNS=80. Every table row is one line
-of at most 80 columns, long free text cut with "…" and shown whole with `--wide`."""
+of at most 80 columns, long free text cut with "…" and shown whole with `--wide`; sizes
+read in units, while `--output json` keeps the server's numbers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cli.output import format_field, format_size
 from tests.unit.test_cli_stub_api import StubServer, invoke, make_job, running_stub
 
 LONG_NAME = "resnet50-imagenet-baseline-with-mixed-precision-and-label-smoothing"
@@ -93,6 +96,35 @@ def test_show_fits_80_columns_and_wide_shows_it_all(stub: StubServer) -> None:
     assert command in whole and LONG_REASON in whole and "…" not in whole
 
 
+def test_cluster_shows_memory_in_units_and_json_in_bytes(stub: StubServer) -> None:
+    memory = int(23.5 * 1024**3)
+    stub.stub.cluster = {
+        "backend": "kubernetes",
+        "nodes": [
+            {
+                "name": "gpu-node-1",
+                "cpus": 16,
+                "memory_bytes": memory,
+                "gpus": 4,
+                "gpu_product": "NVIDIA-A100-SXM4-80GB",
+                "pretend_gpus": False,
+                "learners": 2,
+                "cpus_used": 4,
+                "memory_bytes_used": 8 * 1024**3,
+                "gpus_used": 2,
+            }
+        ],
+        "active_learners": 2,
+        "used": {"learners": 2, "cpus": 4, "memory_bytes": 8 * 1024**3, "gpus": 2},
+    }
+    text = _stdout(stub, "cluster")
+    lines = _fits(text)
+    assert str(memory) not in text and str(8 * 1024**3) not in text, text
+    assert any("8.0 GiB/23.5 GiB" in line for line in lines), lines
+    assert "used: learners=2, cpus=4, memory=8.0 GiB, gpus=2" in lines, lines
+    assert json.loads(_stdout(stub, "cluster", "-o", "json")) == stub.stub.cluster
+
+
 def test_data_list_cuts_a_long_path_but_not_its_size(stub: StubServer) -> None:
     deep = "/".join(f"level-{n:02d}" for n in range(12)) + "/shard-0001.npz"
     stub.stub.data["digits"] = {deep: b"x" * (3 << 20), "labels.txt": b"123456"}
@@ -101,3 +133,29 @@ def test_data_list_cuts_a_long_path_but_not_its_size(stub: StubServer) -> None:
     assert lines[1].rstrip().endswith("6 B") and "…" not in lines[1]
     assert lines[2].rstrip().endswith("3.0 MiB") and "…" in lines[2]
     assert deep in _stdout(stub, "data", "list", "digits", "--wide")
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (3 << 20, "3.0 MiB"),
+        (int(23.5 * 1024**3), "23.5 GiB"),
+        (3 * 1024**4, "3.0 TiB"),
+        (-(5 << 30), "-5.0 GiB"),  # over a quota: as many units as under it
+        (None, "-"),
+        (True, "-"),
+    ],
+)
+def test_sizes_read_in_binary_units(size: object, shown: str) -> None:
+    assert format_size(size) == shown
+
+
+def test_a_field_holding_bytes_or_seconds_is_shown_in_units() -> None:
+    assert format_field("memory_bytes", 1 << 30) == ("memory", "1.0 GiB")
+    assert format_field("memory_bytes_used", None) == ("memory_used", "-")
+    assert format_field("elapsed_s", 754) == ("elapsed", "12m 34s")
+    assert format_field("wait_seconds", 0.0125) == ("wait", "12.5 ms")
+    assert format_field("gpus", 4) is None and format_field("name", "node-a") is None
+    assert format_field("memory_bytes", "lots") is None
