@@ -6,11 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from cli.context import Invocation, dlaas_command
-from cli.output import format_size, print_json, stdout_console
+from cli.output import format_field, format_size, print_json, print_table, stdout_console
 
 
 @dlaas_command
@@ -24,48 +23,49 @@ def cluster(inv: Invocation) -> None:
     for key, value in info.items():
         if key == "nodes" and isinstance(value, list):
             console.print(Text(f"{key}:", style="bold"))
-            console.print(_nodes_table(value))
+            _print_nodes(value)
         elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             console.print(Text(f"{key}:", style="bold"))
-            console.print(_table(value))
+            _print_rows(value)
         elif isinstance(value, dict):
-            pairs = ", ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+            pairs = ", ".join("=".join(_field(k, v)) for k, v in value.items())
             console.print(Text.assemble((f"{key}: ", "bold"), pairs))
         else:
-            console.print(Text.assemble((f"{key}: ", "bold"), _scalar(value)))
+            label, shown = _field(key, value)
+            console.print(Text.assemble((f"{label}: ", "bold"), shown))
 
 
-def _table(rows: list[dict[str, Any]]) -> Table:
+def _print_rows(rows: list[dict[str, Any]]) -> None:
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    table = Table(box=None, header_style="bold")
-    for column in columns:
-        table.add_column(column.upper())
-    for row in rows:
-        table.add_row(*(_scalar(row.get(c)) for c in columns))
-    return table
+    headers = [_field(column, None)[0].upper() for column in columns]
+    print_table(
+        headers,
+        ([_field(c, row.get(c))[1] for c in columns] for row in rows),
+        free=headers,
+    )
 
 
-def _nodes_table(nodes: list[dict[str, Any]]) -> Table:
+def _print_nodes(nodes: list[dict[str, Any]]) -> None:
     """One line a node, each resource as what learners hold of what the node has."""
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "LEARNERS", "CPUS", "MEMORY", "GPUS"):
-        table.add_column(column)
+    rows = []
     for node in nodes:
         gpus = _used_of(node, "gpus", _scalar)
         if node.get("gpus") and node.get("gpu_product"):
             gpus += f" {node['gpu_product']}"
         if node.get("pretend_gpus"):
             gpus += " (pretend: learners run on CPU)"
-        table.add_row(
-            _scalar(node.get("name")),
-            _scalar(node.get("learners", 0)),
-            _used_of(node, "cpus", _scalar),
-            _used_of(node, "memory_bytes", format_size),
-            gpus,
+        rows.append(
+            (
+                _scalar(node.get("name")),
+                _scalar(node.get("learners", 0)),
+                _used_of(node, "cpus", _scalar),
+                _used_of(node, "memory_bytes", format_size),
+                gpus,
+            )
         )
-    return table
+    print_table(("NAME", "LEARNERS", "CPUS", "MEMORY", "GPUS"), rows, free=("GPUS",))
 
 
 def _used_of(node: dict[str, Any], key: str, shown: Callable[[Any], str]) -> str:
@@ -73,11 +73,16 @@ def _used_of(node: dict[str, Any], key: str, shown: Callable[[Any], str]) -> str
     return f"{shown(node.get(f'{key}_used', 0))}/{shown(node.get(key))}"
 
 
+def _field(key: str, value: Any) -> tuple[str, str]:
+    """`(label, text)`: sizes and spans in human units (`memory_bytes` -> memory 23.5 GiB)."""
+    return format_field(key, value) or (key, _scalar(value))
+
+
 def _scalar(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+        return ", ".join("=".join(_field(k, v)) for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(_scalar(v) for v in value)
     return str(value)

@@ -1,7 +1,10 @@
 """The options every command shares and the one place failures become an error line.
 
-`--output`, `--url`, `--token` and `--debug` are accepted both before the command
+`--output`, `--wide`, `--url`, `--token` and `--debug` are accepted both before the command
 (`dlaas --output json list`) and after it (`dlaas list --output json`); the latter wins.
+`--wide` is shared rather than given to each command with a table because, like
+`--output`, it says how to show whatever the command prints, and a dozen commands print
+tables (list, show, queue, plan, cluster, data list, team/user/token lists, ...).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import typer
 from cli.client import DlaasClient
 from cli.config import resolve_config
 from cli.errors import CliError, describe_error
-from cli.output import error_line
+from cli.output import error_line, whole_cells
 
 
 class Output(StrEnum):
@@ -31,6 +34,14 @@ class Output(StrEnum):
 OutputOption = Annotated[
     Output | None,
     typer.Option("--output", "-o", help="text (default) or json: machine-readable on stdout."),
+]
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Show tables' cells whole, however long the lines get "
+        "(else long text is cut with … to fit the terminal, or 80 columns when piped).",
+    ),
 ]
 UrlOption = Annotated[
     str | None, typer.Option("--url", help="dlaas server URL (else DLAAS_URL, client.json).")
@@ -46,6 +57,7 @@ class GlobalOptions:
     url: str | None = None
     token: str | None = None
     output: Output | None = None
+    wide: bool = False
     debug: bool = False
 
 
@@ -56,6 +68,7 @@ class Invocation:
     url: str | None = None
     token: str | None = None
     output: Output = Output.text
+    wide: bool = False
     debug: bool = False
     _client: DlaasClient | None = field(default=None, repr=False)
 
@@ -81,6 +94,7 @@ class Invocation:
 
 _SHARED = {
     "output": (OutputOption, None),
+    "wide": (WideOption, False),
     "url": (UrlOption, None),
     "token": (TokenOption, None),
     "debug": (DebugOption, False),
@@ -111,6 +125,7 @@ def dlaas_command(func: Callable[..., None]) -> Callable[..., None]:
         *args: Any,
         ctx: typer.Context,
         output: Output | None,
+        wide: bool,
         url: str | None,
         token: str | None,
         debug: bool,
@@ -122,9 +137,11 @@ def dlaas_command(func: Callable[..., None]) -> Callable[..., None]:
             url=url or base.url,
             token=token or base.token,
             output=output or base.output or Output.text,
+            wide=wide or base.wide,
             debug=debug or base.debug,
         )
-        run_reporting_errors(inv, lambda: func(inv, *args, **kwargs))
+        with whole_cells(inv.wide):
+            run_reporting_errors(inv, lambda: func(inv, *args, **kwargs))
 
     wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in parameters}

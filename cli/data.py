@@ -7,11 +7,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError
-from cli.output import format_size, note, print_json, print_plain, stdout_console, transfer_progress
+from cli.output import (
+    format_size,
+    note,
+    print_json,
+    print_plain,
+    print_table,
+    transfer_progress,
+)
 
 Container = Annotated[str, typer.Argument(metavar="CONTAINER", help="The data container name.")]
 
@@ -65,15 +71,17 @@ def list_files(inv: Invocation, container: Container) -> None:
     if not files:
         note(f"container {container} is empty: add files with `dlaas data upload {container} PATH`")
         return
-    table = Table(box=None, header_style="bold")
-    table.add_column("PATH")
-    table.add_column("SIZE", justify="right")
-    for item in files:
-        if isinstance(item, dict):
-            table.add_row(str(item.get("path", "")), format_size(item.get("size")))
-        else:
-            table.add_row(str(item), "")
-    stdout_console().print(table)
+    print_table(
+        ("PATH", "SIZE"),
+        (
+            (str(item.get("path", "")), format_size(item.get("size")))
+            if isinstance(item, dict)
+            else (str(item), "")
+            for item in files
+        ),
+        free=("PATH",),
+        right=("SIZE",),
+    )
 
 
 def register(app: typer.Typer) -> None:

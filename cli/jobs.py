@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from cli.archive import iter_model_files, zip_directory
@@ -20,12 +19,12 @@ from cli.output import (
     error_line,
     format_time,
     note,
+    print_fields,
     print_json,
     print_json_line,
     print_plain,
     print_table,
     state_text,
-    stdout_console,
     transfer_progress,
 )
 
@@ -196,7 +195,7 @@ def _print_jobs(jobs: list[dict[str, Any]], *, filtered: bool) -> None:
             )
             for job in jobs
         ),
-        wrap=("REASON",),
+        free=("NAME", "REASON"),
     )
 
 
@@ -216,10 +215,6 @@ def show(
     if inv.json:
         print_json({"job": job, "events": recent})
         return
-    console = stdout_console()
-    details = Table.grid(padding=(0, 2))
-    details.add_column(style="bold")
-    details.add_column()
     manifest = _mapping(job.get("manifest"))
     framework = _mapping(manifest.get("framework"))
     rows: list[tuple[str, Any]] = [
@@ -235,24 +230,28 @@ def show(
         ("framework", " ".join(str(framework.get(k, "")) for k in ("name", "version")).strip()),
         ("command", framework.get("command")),
     ]
-    for label, value in rows:
-        if value not in (None, ""):
-            details.add_row(label, value if isinstance(value, Text) else Text(str(value)))
-    console.print(details)
+    print_fields(
+        (label, value if isinstance(value, Text) else Text(str(value)))
+        for label, value in rows
+        if value not in (None, "")
+    )
     if recent:
-        table = Table(title="events", title_justify="left", box=None, header_style="bold")
-        for column in ("TIME", "KIND", "FROM", "TO", "REASON"):
-            table.add_column(column)
-        for event in recent:
-            table.add_row(
-                format_time(event.get("time")),
-                str(event.get("kind") or ""),
-                str(event.get("from_state") or ""),
-                str(event.get("to_state") or ""),
-                str(event.get("reason") or event.get("detail") or ""),
-            )
-        console.print()
-        console.print(table)
+        print_plain("")
+        print_table(
+            ("TIME", "KIND", "FROM", "TO", "REASON"),
+            (
+                (
+                    format_time(event.get("time")),
+                    str(event.get("kind") or ""),
+                    str(event.get("from_state") or ""),
+                    str(event.get("to_state") or ""),
+                    str(event.get("reason") or event.get("detail") or ""),
+                )
+                for event in recent
+            ),
+            free=("REASON",),
+            title="events",
+        )
 
 
 @dlaas_command

@@ -14,6 +14,7 @@ from rich.text import Text
 from cli.client import DlaasClient
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError
+from cli.metric_lines import is_metric_line
 from cli.output import (
     STATE_STYLES,
     error_line,
@@ -40,8 +41,12 @@ def stream_logs(
     follow: bool,
     learner: int | None = None,
     job: dict[str, Any] | None = None,
+    raw: bool = False,
 ) -> str | None:
-    """Print the job's logs; return the final state when the stream said so."""
+    """Print the job's logs; return the final state when the stream said so.
+
+    As text, the SDK's metric lines are left out unless `raw` (`dlaas metrics` shows them);
+    as JSON, every line is there, as the server sent it."""
     client = inv.client()
     if job is None:
         job = client.get_job(job_id)
@@ -63,9 +68,36 @@ def stream_logs(
             if event.get("event") == "end":
                 final = _state(event)
         return final
+    hidden = HiddenMetrics(enabled=not raw)
     if follow and sys.stdout.isatty():
-        return _follow_live(inv, job_id, job, events, prefixed, notices)
-    return _print_plain(events, prefixed)
+        final = _follow_live(inv, job_id, job, hidden.filter(events), prefixed, notices)
+    else:
+        final = _print_plain(hidden.filter(events), prefixed)
+    if hidden.count:
+        note(
+            f"{hidden.count} metric line(s) left out: `dlaas metrics {job_id}` shows them, "
+            f"`dlaas logs {job_id} --raw` prints them here"
+        )
+    return final
+
+
+class HiddenMetrics:
+    """Leaves the SDK's metric lines out of a log stream, counting them."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.count = 0
+
+    def filter(self, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for event in events:
+            if (
+                self.enabled
+                and event.get("event") == "line"
+                and is_metric_line(str(event.get("line", "")))
+            ):
+                self.count += 1
+                continue
+            yield event
 
 
 class Notices:
@@ -230,13 +262,21 @@ def logs(
     learner: Annotated[
         int | None, typer.Option("--learner", "-l", min=1, help="Only this learner (1-based).")
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help='Also print the metric lines the SDK writes ({"dlaas_metric": true, ...}), '
+            "left out by default: `dlaas metrics ID` shows them as a table.",
+        ),
+    ] = False,
 ) -> None:
     """Print a job's log lines, each prefixed by its learner number when there are several.
 
     With --follow the exit status is the job's outcome: 0 when it COMPLETED, 1 otherwise.
-    With --output json each event is one JSON object per line.
+    With --output json each event is one JSON object per line, metric lines included.
     """
-    final = stream_logs(inv, job_id, follow=follow, learner=learner)
+    final = stream_logs(inv, job_id, follow=follow, learner=learner, raw=raw)
     if follow:
         exit_for_outcome(inv, job_id, final)
 

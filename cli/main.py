@@ -19,7 +19,14 @@ from cli import (
     usage,
     users,
 )
-from cli.context import DebugOption, GlobalOptions, OutputOption, TokenOption, UrlOption
+from cli.context import (
+    DebugOption,
+    GlobalOptions,
+    OutputOption,
+    TokenOption,
+    UrlOption,
+    WideOption,
+)
 from cli.up import register as register_up
 
 app = typer.Typer(
@@ -36,6 +43,7 @@ app = typer.Typer(
 def main(
     ctx: typer.Context,
     output: OutputOption = None,
+    wide: WideOption = False,
     url: UrlOption = None,
     token: TokenOption = None,
     debug: DebugOption = False,
@@ -45,7 +53,7 @@ def main(
     The server and token come from --url/--token, else DLAAS_URL/DLAAS_TOKEN,
     else $DLAAS_HOME/client.json (written by `dlaas up`).
     """
-    ctx.obj = GlobalOptions(url=url, token=token, output=output, debug=debug)
+    ctx.obj = GlobalOptions(url=url, token=token, output=output, wide=wide, debug=debug)
 
 
 register_up(app)

@@ -10,7 +10,14 @@ import typer
 from cli.client import ApiError
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError, describe_api_error
-from cli.output import note, print_json, print_plain, print_table
+from cli.output import (
+    format_duration,
+    format_seconds,
+    note,
+    print_json,
+    print_plain,
+    print_table,
+)
 
 COLUMNS = (
     "",
@@ -140,33 +147,6 @@ def _row(candidate: dict[str, Any]) -> tuple[str, ...]:
 def format_batch(value: float) -> str:
     """128.0 -> "128"; 85.33 -> "85.3" (the batch does not split evenly)."""
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
-
-
-def format_seconds(value: float | None) -> str:
-    """A short span: "50 us", "12.5 ms", "1.25 s", else as `format_duration`."""
-    if value is None:
-        return "-"
-    for scale, unit in ((1e6, "us"), (1e3, "ms")):
-        if value * scale < 999.5:  # what .3g shows as at most 999
-            return f"{value * scale:.3g} {unit}"
-    if value < 59.5:
-        return f"{value:.3g} s"
-    return format_duration(value)
-
-
-def format_duration(value: float | None) -> str:
-    """A long span: "5.39 s", "12m 30s", "2h 05m", "3d 4h"; "-" for none."""
-    if value is None:
-        return "-"
-    if value < 59.5:
-        return format_seconds(value)
-    seconds = round(value)
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86_400
-    if hours == 0:
-        return f"{minutes}m {seconds % 60:02d}s"
-    if days == 0:
-        return f"{hours}h {minutes % 60:02d}m"
-    return f"{days}d {hours % 24}h"
 
 
 def format_throughput(value: float) -> str:

@@ -41,7 +41,7 @@ def queue(
             )
             for job in jobs
         ),
-        wrap=("WAITING FOR",),
+        free=("NAME", "WAITING FOR"),
     )
     note(f"queue as of {format_time(view['at'])}")
 

@@ -10,7 +10,14 @@ import pytest
 
 from cli.client import DlaasClient, DlaasConnectionError
 from cli.sse import SseEvent, parse_sse
-from tests.unit.test_cli_stub_api import TOKEN, StubServer, invoke, make_job, running_stub
+from tests.unit.test_cli_stub_api import (
+    TOKEN,
+    SseSession,
+    StubServer,
+    invoke,
+    make_job,
+    running_stub,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -200,3 +207,83 @@ def test_a_follow_ends_saying_the_job_was_halted_or_deleted(stub: StubServer) ->
     assert result.exit_code == 1
     assert f"job {job_id} HALTED" in result.stderr
     assert f"`dlaas resume {job_id}`" in result.stderr
+
+
+# -- the SDK's metric lines --------------------------------------------------------------------
+
+METRIC = '{"dlaas_metric": true, "step": 3, "loss": 0.5}'
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_logs_leave_out_the_sdks_metric_lines_unless_raw(stub: StubServer, follow: bool) -> None:
+    job_id = "training-one"
+    stub.stub.jobs[job_id] = make_job(job_id, "COMPLETED")
+    shown = ["epoch 1", METRIC, "epoch 2", f"  {METRIC}", "done"]
+    stub.stub.text_logs[job_id] = {None: "".join(f"{text}\n" for text in shown)}
+    session: SseSession = (
+        [*(line(n, 1, text) for n, text in enumerate(shown)), end("COMPLETED")],
+        False,
+    )
+    flags = ["--follow"] if follow else []
+
+    stub.stub.sse_sessions[job_id] = [session]
+    result = invoke(stub, "logs", job_id, *flags)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["epoch 1", "epoch 2", "done"]
+    assert "2 metric line(s) left out" in result.stderr and "--raw" in result.stderr
+
+    stub.stub.sse_sessions[job_id] = [session]
+    result = invoke(stub, "logs", job_id, *flags, "--raw")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == shown
+    assert "left out" not in result.stderr
+
+
+def test_logs_as_json_keep_every_line(stub: StubServer) -> None:
+    job_id = "training-one"
+    stub.stub.jobs[job_id] = make_job(job_id, "RUNNING")
+    stub.stub.sse_sessions[job_id] = [([line(1, 1, METRIC), end("COMPLETED")], False)]
+    result = invoke(stub, "--output", "json", "logs", job_id, "--follow")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(text)["line"] for text in result.stdout.splitlines()[:1]] == [METRIC]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        METRIC,
+        '  {"dlaas_metric": true, "loss": 2}\r\n',
+        '{"dlaas_metric": true, "step": null, "acc": 1e-3}',
+        '{"dlaas_metric": true, "step": 1, "loss": 0.5, "tag": "x", "ok": true}',
+        '{"dlaas_metric": true, "step": 1, "loss": NaN, "acc": 0.5}',
+        '{"dlaas_metric": true, "step": 1, "loss": NaN}',
+        '{"dlaas_metric": true, "step": 1, "nested": {"a": 1}}',
+        '{"dlaas_metric": true, "step": 4}',
+        '{"dlaas_metric": false, "step": 1, "loss": 0.5}',
+        '{"dlaas_metric": 1, "step": 1, "loss": 0.5}',
+        '{"dlaas_metric": true, "step": -1, "loss": 0.5}',
+        '{"dlaas_metric": true, "step": 1.0, "loss": 0.5}',
+        '{"dlaas_metric": true, "step": true, "loss": 0.5}',
+        '{"dlaas_metric": true, "loss": true}',
+        '{"dlaas_metric": true, "loss": 0.5',
+        '["dlaas_metric", true]',
+        'step 3: {"dlaas_metric": true, "loss": 0.5}',
+        '{"loss": 0.5}',
+        "epoch 1 loss 0.5",
+        "",
+        '{"dlaas_metric": true, "loss": 0.5, "pad": "' + "x" * 65536 + '"}',
+    ],
+)
+def test_the_cli_takes_as_metric_lines_what_the_runner_does(text: str) -> None:
+    from cli.metric_lines import is_metric_line
+    from learner_image.metric_lines import parse_metric_line
+
+    assert is_metric_line(text) == (parse_metric_line(text) is not None)
+
+
+def test_what_the_sdk_writes_is_a_metric_line() -> None:
+    from cli.metric_lines import is_metric_line
+    from learner_image.metric_lines import format_metric_line
+
+    assert is_metric_line(format_metric_line(7, {"loss": 0.25, "accuracy": 0.9}))
+    assert is_metric_line(format_metric_line(None, {"loss": 1}))

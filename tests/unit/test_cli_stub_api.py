@@ -73,6 +73,13 @@ class StubState:
     fail_with: tuple[int, dict[str, Any]] | None = None
     fail_times: int | None = None  # how many requests fail_with answers (None: all)
     usage: dict[str, Any] = field(default_factory=dict)
+    cluster: dict[str, Any] = field(
+        default_factory=lambda: {
+            "backend": "local",
+            "nodes": [{"name": "node-a", "cpus": 2, "memory_bytes": 1 << 30, "gpus": 0}],
+            "active_learners": 1,
+        }
+    )
     next_id: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -324,14 +331,7 @@ class StubHandler(BaseHTTPRequestHandler):
         self._page("files", listing, query)
 
     def cluster(self, parts: list[str], query: dict, body: bytes) -> None:
-        self._send_json(
-            200,
-            {
-                "backend": "local",
-                "nodes": [{"name": "node-a", "cpus": 2, "memory_bytes": 1 << 30, "gpus": 0}],
-                "active_learners": 1,
-            },
-        )
+        self._send_json(200, self.stub.cluster)
 
     def usage(self, parts: list[str], query: dict, body: bytes) -> None:
         self._send_json(200, self.stub.usage)
