@@ -3,6 +3,9 @@ a socket: the message a new user reads and the exit code a script sees."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from storage import jobs
 from storage.job_states import JobState
 from tests.integration.api_harness import ADMIN_TOKEN, CliOnApi, submit
 
@@ -114,3 +117,120 @@ async def test_an_unknown_job_id_is_echoed_as_typed(cli: CliOnApi) -> None:
         assert result.exit_code == 1, (command, result.output)
         assert f"no job {typed}: see your jobs with `dlaas list`" in result.stderr, command
         assert "%" not in result.stderr, command
+
+
+# -- download ----------------------------------------------------------------------------
+
+
+def _store_result(cli: CliOnApi, job_id: str, path: str, data: bytes) -> None:
+    cli.api.app.state.dlaas.objects.put_bytes(f"jobs/{job_id}/results/{path}", data)
+
+
+async def _failed_job(cli: CliOnApi, reason: str) -> str:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING)
+    async with cli.api.app.state.dlaas.sessions() as session:
+        moved = await jobs.transition(session, job_id, S.FAILED, reason)
+        assert moved.changed
+        await session.commit()
+    return job_id
+
+
+async def test_download_of_a_failed_job_without_results_says_it_failed_and_why(
+    cli: CliOnApi, tmp_path: Path
+) -> None:
+    job_id = await _failed_job(cli, "learner 1 exited with code 2")
+    result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert "no results yet" not in result.stderr
+    assert (
+        f"job {job_id} FAILED (learner 1 exited with code 2) and stored no results; "
+        f"see why with `dlaas logs {job_id}`" in result.stderr
+    )
+    assert not (tmp_path / "out").exists()
+
+
+async def test_download_of_a_failed_job_fetches_what_it_stored_and_exits_1(
+    cli: CliOnApi, tmp_path: Path
+) -> None:
+    job_id = await _failed_job(cli, "learner 1 exited with code 2")
+    _store_result(cli, job_id, "partial.pt", b"half")
+    result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert (tmp_path / "out" / "partial.pt").read_bytes() == b"half"
+    assert "partial.pt" in result.stdout
+    assert f"job {job_id} FAILED (learner 1 exited with code 2): the 1 file(s) above" in (
+        result.stderr
+    )
+
+
+async def test_download_of_a_running_job_names_its_state(cli: CliOnApi, tmp_path: Path) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING)
+    result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert f"job {job_id} is RUNNING and has no results yet; `dlaas wait {job_id}`" in (
+        result.stderr
+    )
+
+
+async def test_download_of_a_completed_job_writes_its_results_quietly(
+    cli: CliOnApi, tmp_path: Path
+) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING, S.COMPLETED)
+    _store_result(cli, job_id, "model.pt", b"weights")
+    result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "model.pt").read_bytes() == b"weights"
+    assert result.stderr == ""
+
+
+async def test_download_below_a_file_names_dest_and_the_fix(cli: CliOnApi, tmp_path: Path) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING, S.COMPLETED)
+    _store_result(cli, job_id, "model.pt", b"weights")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    for dest, where in [
+        (tmp_path / "notes.txt" / "out", f"lies below {tmp_path / 'notes.txt'}, which is a file"),
+        (tmp_path / "notes.txt", "is a file"),
+    ]:
+        result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(dest))
+        assert result.exit_code == 1, result.output
+        assert "unexpected error" not in result.stderr
+        assert f"--dest {dest} {where}, not a directory; pass --dest a directory" in result.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+async def test_download_refuses_to_overwrite_unless_forced(cli: CliOnApi, tmp_path: Path) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING, S.COMPLETED)
+    _store_result(cli, job_id, "model.pt", b"new weights")
+    _store_result(cli, job_id, "sub/more.txt", b"new")
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "model.pt").write_bytes(b"my own")
+    (out / "sub" / "more.txt").write_bytes(b"mine")
+
+    refused = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(out))
+    assert refused.exit_code == 1, refused.output
+    assert (
+        f"refusing to overwrite {(out / 'model.pt').resolve()} (and 1 more): pass --force"
+        in refused.stderr
+    )
+    assert (out / "model.pt").read_bytes() == b"my own"
+    assert (out / "sub" / "more.txt").read_bytes() == b"mine"
+
+    forced = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(out), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert (out / "model.pt").read_bytes() == b"new weights"
+    assert (out / "sub" / "more.txt").read_bytes() == b"new"
+
+
+async def test_download_refuses_a_file_where_the_results_have_a_folder(
+    cli: CliOnApi, tmp_path: Path
+) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING, S.COMPLETED)
+    _store_result(cli, job_id, "sub/more.txt", b"new")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sub").write_text("a file\n")
+    result = await cli.dlaas(ADMIN_TOKEN, "download", job_id, "--dest", str(out), "--force")
+    assert result.exit_code == 1, result.output
+    assert "unexpected error" not in result.stderr
+    assert f"{(out / 'sub').resolve()} is a file where the results have a folder" in result.stderr
