@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cli.archive import iter_model_files, zip_directory
+from cli.archive import LinkLeavesFolder, iter_model_files, zip_directory
 from cli.client import RETRYABLE_STATUSES, ApiError, DlaasConnectionError
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError, describe_api_error
@@ -108,8 +108,13 @@ def check_train_inputs(manifest: Path, model: Path | None) -> tuple[Path, Path]:
                 f"MODEL_DIR|ZIP {shown} is a file but not a zip archive: "
                 "pass the directory holding your training code, or a .zip of it"
             )
-    elif not iter_model_files(model_path):
-        raise CliError(f"MODEL_DIR {shown} holds no files to upload")
+    else:
+        try:
+            files = iter_model_files(model_path)
+        except LinkLeavesFolder as exc:
+            raise CliError(f"MODEL_DIR {shown}: {exc}") from exc
+        if not files:
+            raise CliError(f"MODEL_DIR {shown} holds no files to upload")
     return manifest, model_path
 
 
