@@ -36,6 +36,9 @@ TeamFilter = Annotated[
 ]
 
 WAIT_FINAL_STATES = frozenset({"COMPLETED", "FAILED", "HALTED"})
+# The event of a committed checkpoint: one every few minutes of a long job, so `dlaas show`
+# counts them rather than listing them among the changes of state and the restarts.
+CHECKPOINT_EVENT = "checkpoint"
 
 
 @dlaas_command
@@ -210,16 +213,29 @@ def show(
     inv: Invocation,
     job_id: JobId,
     events: Annotated[
-        int, typer.Option("--events", "-n", min=0, help="How many recent events to show.")
-    ] = 10,
+        int | None,
+        typer.Option(
+            "--events",
+            "-n",
+            min=0,
+            help="Only the N most recent events, checkpoints among them "
+            "(default: every event but checkpoints, which are counted).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Show a job and its recent events."""
+    """Show a job, every change of its state and every restart, and its checkpoints."""
     client = inv.client()
     job = client.get_job(job_id)
     history = client.job_events(job_id)
-    recent = history[-events:] if events else []
+    checkpoints = [e for e in history if e.get("kind") == CHECKPOINT_EVENT]
+    if events is None:
+        recent = [e for e in history if e.get("kind") != CHECKPOINT_EVENT]
+    else:
+        recent = history[-events:] if events else []
+    summary = {"count": len(checkpoints), "newest": checkpoints[-1] if checkpoints else None}
     if inv.json:
-        print_json({"job": job, "events": recent})
+        print_json({"job": job, "events": recent, "checkpoints": summary})
         return
     console = stdout_console()
     details = Table.grid(padding=(0, 2))
@@ -258,6 +274,20 @@ def show(
             )
         console.print()
         console.print(table)
+    if checkpoints:
+        console.print()
+        console.print(Text(checkpoints_line(checkpoints)))
+
+
+def checkpoints_line(checkpoints: list[dict[str, Any]]) -> str:
+    """ "14 checkpoints, newest ckpt-... at ...": the events of committed checkpoints,
+    oldest first, in one line."""
+    newest = checkpoints[-1]
+    detail = _mapping(newest.get("detail"))
+    name = str(detail.get("name") or "")
+    count = len(checkpoints)
+    what = f"{count} checkpoint{'s' if count != 1 else ''}"
+    return f"{what}, newest {name or '(unnamed)'} at {format_time(newest.get('time'))}"
 
 
 @dlaas_command

@@ -3,6 +3,7 @@ a socket: the message a new user reads and the exit code a script sees."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from storage import jobs
@@ -234,3 +235,55 @@ async def test_download_refuses_a_file_where_the_results_have_a_folder(
     assert result.exit_code == 1, result.output
     assert "unexpected error" not in result.stderr
     assert f"{(out / 'sub').resolve()} is a file where the results have a folder" in result.stderr
+
+
+# -- show --------------------------------------------------------------------------------
+
+
+async def _checkpoints(cli: CliOnApi, job_id: str, first: int, last: int) -> None:
+    async with cli.api.app.state.dlaas.sessions() as session:
+        for n in range(first, last + 1):
+            name = f"ckpt-{n:012d}"
+            detail = {"name": name, "learner": 1, "attempt": 1}
+            await jobs.add_event(
+                session, job_id, "checkpoint", f"checkpoint {name} committed", detail
+            )
+        await session.commit()
+
+
+async def test_show_keeps_a_restart_in_sight_among_many_checkpoints(cli: CliOnApi) -> None:
+    job_id = await _job(cli, S.DEPLOYING, S.RUNNING)
+    await _checkpoints(cli, job_id, 1, 12)
+    async with cli.api.app.state.dlaas.sessions() as session:
+        await jobs.add_event(session, job_id, "restart", "learner 2 was killed; restart 1 of 3")
+        await session.commit()
+    await cli.api.move_job(job_id, S.RECOVERING, S.RUNNING)
+    await _checkpoints(cli, job_id, 13, 14)
+
+    shown = await cli.dlaas(ADMIN_TOKEN, "show", job_id)
+    assert shown.exit_code == 0, shown.output
+    assert "learner 2 was killed; restart 1 of 3" in shown.stdout
+    assert "test moves to RECOVERING" in shown.stdout
+    assert "test moves to DEPLOYING" in shown.stdout
+    assert "committed" not in shown.stdout
+    assert "14 checkpoints, newest ckpt-000000000014 at " in shown.stdout
+
+    as_json = await cli.dlaas(ADMIN_TOKEN, "show", job_id, "--output", "json")
+    assert as_json.exit_code == 0, as_json.output
+    body = json.loads(as_json.stdout)
+    kinds = [event["kind"] for event in body["events"]]
+    assert kinds == ["submitted", "state", "state", "restart", "state", "state"]
+    assert body["checkpoints"]["count"] == 14
+    assert body["checkpoints"]["newest"]["detail"]["name"] == "ckpt-000000000014"
+
+    latest = await cli.dlaas(ADMIN_TOKEN, "show", job_id, "--events", "3", "--output", "json")
+    latest_kinds = [e["kind"] for e in json.loads(latest.stdout)["events"]]
+    assert latest_kinds == ["state", "checkpoint", "checkpoint"]
+
+
+async def test_show_of_a_job_without_checkpoints_says_nothing_of_them(cli: CliOnApi) -> None:
+    job_id = await _job(cli)
+    shown = await cli.dlaas(ADMIN_TOKEN, "show", job_id)
+    assert shown.exit_code == 0, shown.output
+    assert "job submitted" in shown.stdout
+    assert "checkpoint" not in shown.stdout
