@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 from cli.client import ApiError, DlaasConnectionError
 from cli.config import ConfigError
@@ -57,11 +58,11 @@ def describe_api_error(exc: ApiError) -> str:
         if job and exc.code == "deleted" and detail:
             return detail
         if job and "/results/" not in exc.path:
-            return f"no job {job.group(1)}: see your jobs with `dlaas list`"
+            return f"no job {unquote(job.group(1))}: see your jobs with `dlaas list`"
         data = _DATA_PATH.match(exc.path)
         if data and not detail:
-            return f"no data container {data.group(1)}: upload with `dlaas data upload`"
-        return f"not found: {detail or f'{exc.method} {exc.path}'}"
+            return f"no data container {unquote(data.group(1))}: upload with `dlaas data upload`"
+        return f"not found: {detail or f'{exc.method} {unquote(exc.path)}'}"
     if exc.status >= 500:
         hint = "" if "log" in detail else "; this is a bug in dlaas, see the server log"
         where = f"{exc.method} {exc.path}"

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from cli.archive import iter_model_files, zip_directory
+from cli.archive import LinkLeavesFolder, iter_model_files, zip_directory
 from cli.client import RETRYABLE_STATUSES, ApiError, DlaasConnectionError
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError, describe_api_error
@@ -35,6 +35,9 @@ TeamFilter = Annotated[
 ]
 
 WAIT_FINAL_STATES = frozenset({"COMPLETED", "FAILED", "HALTED"})
+# The event of a committed checkpoint: one every few minutes of a long job, so `dlaas show`
+# counts them rather than listing them among the changes of state and the restarts.
+CHECKPOINT_EVENT = "checkpoint"
 
 
 @dlaas_command
@@ -107,8 +110,13 @@ def check_train_inputs(manifest: Path, model: Path | None) -> tuple[Path, Path]:
                 f"MODEL_DIR|ZIP {shown} is a file but not a zip archive: "
                 "pass the directory holding your training code, or a .zip of it"
             )
-    elif not iter_model_files(model_path):
-        raise CliError(f"MODEL_DIR {shown} holds no files to upload")
+    else:
+        try:
+            files = iter_model_files(model_path)
+        except LinkLeavesFolder as exc:
+            raise CliError(f"MODEL_DIR {shown}: {exc}") from exc
+        if not files:
+            raise CliError(f"MODEL_DIR {shown} holds no files to upload")
     return manifest, model_path
 
 
@@ -204,16 +212,29 @@ def show(
     inv: Invocation,
     job_id: JobId,
     events: Annotated[
-        int, typer.Option("--events", "-n", min=0, help="How many recent events to show.")
-    ] = 10,
+        int | None,
+        typer.Option(
+            "--events",
+            "-n",
+            min=0,
+            help="Only the N most recent events, checkpoints among them "
+            "(default: every event but checkpoints, which are counted).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Show a job and its recent events."""
+    """Show a job, every change of its state and every restart, and its checkpoints."""
     client = inv.client()
     job = client.get_job(job_id)
     history = client.job_events(job_id)
-    recent = history[-events:] if events else []
+    checkpoints = [e for e in history if e.get("kind") == CHECKPOINT_EVENT]
+    if events is None:
+        recent = [e for e in history if e.get("kind") != CHECKPOINT_EVENT]
+    else:
+        recent = history[-events:] if events else []
+    summary = {"count": len(checkpoints), "newest": checkpoints[-1] if checkpoints else None}
     if inv.json:
-        print_json({"job": job, "events": recent})
+        print_json({"job": job, "events": recent, "checkpoints": summary})
         return
     manifest = _mapping(job.get("manifest"))
     framework = _mapping(manifest.get("framework"))
@@ -252,6 +273,20 @@ def show(
             free=("REASON",),
             title="events",
         )
+    if checkpoints:
+        print_plain("")
+        print_plain(checkpoints_line(checkpoints))
+
+
+def checkpoints_line(checkpoints: list[dict[str, Any]]) -> str:
+    """ "14 checkpoints, newest ckpt-... at ...": the events of committed checkpoints,
+    oldest first, in one line."""
+    newest = checkpoints[-1]
+    detail = _mapping(newest.get("detail"))
+    name = str(detail.get("name") or "")
+    count = len(checkpoints)
+    what = f"{count} checkpoint{'s' if count != 1 else ''}"
+    return f"{what}, newest {name or '(unnamed)'} at {format_time(newest.get('time'))}"
 
 
 @dlaas_command
@@ -306,13 +341,47 @@ def wait(
 @dlaas_command
 def halt(inv: Invocation, job_id: JobId) -> None:
     """Stop a job, keeping its checkpoints so `dlaas resume` can continue it."""
-    _act(inv, "halt", job_id, inv.client().halt_job(job_id))
+    job = inv.client().halt_job(job_id)
+    if inv.json:
+        print_json(job or {"id": job_id})
+    else:
+        print_plain(halt_answer(job_id, job))
 
 
 @dlaas_command
 def resume(inv: Invocation, job_id: JobId) -> None:
     """Queue a halted job again; it restarts from its last committed checkpoint."""
-    _act(inv, "resume", job_id, inv.client().resume_job(job_id))
+    job = inv.client().resume_job(job_id)
+    if inv.json:
+        print_json(job or {"id": job_id})
+    else:
+        print_plain(resume_answer(job_id, job))
+
+
+def halt_answer(job_id: str, job: dict[str, Any]) -> str:
+    """What a halt did. The API answers with the job as it stands when the request is
+    recorded: the lifecycle manager stops the learners afterwards, so a RUNNING job is still
+    RUNNING in the answer and only stopping."""
+    state = str(job.get("state") or "")
+    if state == "HALTED":
+        return f"{job_id} is already HALTED: continue it with `dlaas resume {job_id}`"
+    was = f" (was {state})" if state else ""
+    return (
+        f"halt requested: {job_id} is stopping{was}; "
+        f"`dlaas wait {job_id}` returns once it is HALTED"
+    )
+
+
+def resume_answer(job_id: str, job: dict[str, Any]) -> str:
+    """What a resume did. A HALTED job is QUEUED at once in the answer; a job whose halt was
+    still under way keeps the state it has, its halt called off."""
+    state = str(job.get("state") or "")
+    if state in ("QUEUED", ""):
+        return (
+            f"resume requested: {job_id} is QUEUED again and restarts from its last "
+            "committed checkpoint"
+        )
+    return f"resume requested: {job_id} was still stopping; its halt is called off ({state})"
 
 
 @dlaas_command
@@ -327,14 +396,6 @@ def delete(inv: Invocation, job_id: JobId) -> None:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _act(inv: Invocation, verb: str, job_id: str, job: dict[str, Any]) -> None:
-    if inv.json:
-        print_json(job or {"id": job_id})
-    else:
-        state = job.get("state")
-        print_plain(f"{verb} requested for {job_id}" + (f": now {state}" if state else ""))
 
 
 def register(app: typer.Typer) -> None:

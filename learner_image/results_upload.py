@@ -1,7 +1,8 @@
 """Upload a learner's RESULT_DIR to the object store, keeping relative paths.
 
 Learner 1's results go to `jobs/{job}/results/`, another learner's (when it wrote any) to
-`jobs/{job}/results/learner-{n}/`. Symbolic links are followed only when they point inside
+`jobs/{job}/results/learner-{n}/` (once: a program that wrote them into a `learner-{n}/` folder
+of its own gets no second one). Symbolic links are followed only when they point inside
 RESULT_DIR; everything else that is not a regular file is skipped. Each file is opened
 through no link at any step (`open_inside`) and what was opened is uploaded: a file the
 program swaps for a link meanwhile (to one of the uploader's own, such as its
@@ -11,6 +12,7 @@ program swaps for a link meanwhile (to one of the uploader's own, such as its
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +25,19 @@ if TYPE_CHECKING:
 UPLOAD_WORKERS = 4
 
 
-def results_prefix(job_id: str, learner: int) -> str:
+def results_prefix(job_id: str, learner: int, files: Sequence[str] = ()) -> str:
+    """Where learner `learner`'s `files` (RESULT_DIR's, relative) are stored.
+
+    A program that already keeps its results in a folder of its learner's name (FfDL's
+    learners shared one RESULT_DIR, so theirs wrote `$RESULT_DIR/learner-$LEARNER_ID/`) is
+    not given a second one: its `learner-2/model.pt` is stored as `learner-2/model.pt`, not
+    `learner-2/learner-2/model.pt`.
+    """
     base = f"jobs/{job_id}/results/"
-    return base if learner == 1 else f"{base}learner-{learner}/"
+    own = f"learner-{learner}/"
+    if learner == 1 or (files and all(path.startswith(own) for path in files)):
+        return base
+    return base + own
 
 
 def result_files(root: Path) -> list[str]:

@@ -192,12 +192,13 @@ class Shipper:
             self.output.line(f"[dlaas] {text}")
 
     def _upload_results(self) -> None:
-        from learner_image.results_upload import results_prefix, upload_results
+        from learner_image.results_upload import result_files, results_prefix, upload_results
 
         c = self.config
         assert self.store is not None
         try:
-            upload_results(self.store, c.result_dir, results_prefix(c.job_id, c.learner))
+            prefix = results_prefix(c.job_id, c.learner, result_files(c.result_dir))
+            upload_results(self.store, c.result_dir, prefix)
         except Exception as exc:
             raise RunnerFailure(f"could not upload the results: {exc}") from exc
 

@@ -149,7 +149,10 @@ async def _locked_job(session: AsyncSession, job_id: str) -> Job:
 async def halt_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
     job = await _locked_job(session, job_id)
     if JobState(job.state) in FINAL_STATES:
-        raise Conflict(f"job {job_id} is {job.state}; only a job that is not finished can halt")
+        raise Conflict(
+            f"job {job_id} is {job.state}: it has ended, there is nothing to halt; "
+            + _after_the_end(job_id, JobState(job.state))
+        )
     if job.desired != Desired.HALT:
         await repo.update_job(session, job_id, desired=Desired.HALT.value)
         await repo.add_event(session, job_id, "halt_requested", f"halt requested by {user.name}")
@@ -161,6 +164,12 @@ async def halt_job(state: ApiState, session: AsyncSession, user: Principal, job_
 
 async def resume_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> Job:
     job = await _locked_job(session, job_id)
+    if JobState(job.state) in FINAL_STATES:
+        raise Conflict(
+            f"job {job_id} is {job.state}: it has ended, there is nothing to resume; "
+            + _after_the_end(job_id, JobState(job.state)),
+            code="not_halted",
+        )
     if job.state != JobState.HALTED and job.desired != Desired.HALT:
         raise Conflict(
             f"job {job_id} is {job.state}, not HALTED; `dlaas halt {job_id}` first",
@@ -179,6 +188,18 @@ async def resume_job(state: ApiState, session: AsyncSession, user: Principal, jo
     state.nudger.resume(job_id)
     await session.refresh(job)
     return job
+
+
+def _after_the_end(job_id: str, state: JobState) -> str:
+    """What a user can still do with a job that has ended in `state`."""
+    if state == JobState.COMPLETED:
+        return f"`dlaas download {job_id}` fetches its results"
+    if state == JobState.FAILED:
+        return (
+            f"`dlaas logs {job_id}` shows why it failed; "
+            "submit it again with `dlaas train` to run it anew"
+        )
+    return "submit it again with `dlaas train` to run it anew"
 
 
 async def delete_job(state: ApiState, session: AsyncSession, user: Principal, job_id: str) -> None:

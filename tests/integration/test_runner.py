@@ -213,6 +213,18 @@ def test_other_learners_results_go_under_their_own_folder(learner: Learner) -> N
     assert "from-2" in other.lines()
 
 
+def test_a_learner_folder_the_program_made_itself_is_not_doubled(learner: Learner) -> None:
+    # An FfDL-style program (its learners shared one RESULT_DIR) keeps its own folder.
+    learner.put_model({"x.txt": b"x"})
+    other = Learner(learner.tmp, learner.redis_url, job_id=learner.job_id, learner=2)
+    other.env["NUM_LEARNERS"] = "2"
+    other.env["DLAAS_RESTART_SCOPE"] = "learner"
+    dirs = "mkdir -p $RESULT_DIR/learner-$LEARNER_ID"
+    code, out = other.run(f"{dirs} && echo r > $RESULT_DIR/learner-$LEARNER_ID/out.txt")
+    assert code == 0, out
+    assert other.keys("results/") == ["results/learner-2/out.txt"]
+
+
 WRITE_CHECKPOINTS = b"""
 import json, os, pathlib, sys, time
 root = pathlib.Path(os.environ["CHECKPOINT_DIR"])

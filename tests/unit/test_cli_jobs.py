@@ -117,6 +117,36 @@ def test_train_checks_local_inputs_before_any_request(
     assert stub.stub.seen == []
 
 
+@pytest.mark.parametrize("outside", ["file", "directory"])
+def test_train_refuses_a_link_that_leaves_the_model_directory(
+    stub: StubServer, project: Path, tmp_path: Path, outside: str
+) -> None:
+    secret = tmp_path / "secret"
+    if outside == "file":
+        secret.write_text("root:x:0:0\n")
+    else:
+        secret.mkdir()
+        (secret / "key").write_text("k\n")
+    link = project / "model" / "pkg" / "passwd"
+    link.symlink_to(secret)
+    result = invoke(stub, "train", str(project / "manifest.yml"), str(project / "model"))
+    assert result.exit_code == 1
+    assert (
+        f"{link} is a symbolic link to {secret}, outside the model directory: copy what it "
+        "points to into the directory, or remove the link"
+    ) in " ".join(result.stderr.split())
+    assert stub.stub.seen == []
+
+
+def test_train_uploads_a_link_inside_the_model_directory_as_its_file(
+    stub: StubServer, project: Path
+) -> None:
+    (project / "model" / "alias.py").symlink_to("pkg/net.py")
+    result = invoke(stub, "train", str(project / "manifest.yml"), str(project / "model"))
+    assert result.exit_code == 0, result.output
+    assert sorted(stub.stub.submitted[0]["names"]) == ["alias.py", "pkg/net.py", "train.py"]
+
+
 def test_train_shows_the_servers_manifest_detail(stub: StubServer, project: Path) -> None:
     (project / "manifest.yml").write_text("name: mnist\nframework:\n  name: pytorch\n")
     result = invoke(stub, "train", str(project / "manifest.yml"), str(project / "model"))
@@ -264,9 +294,10 @@ def test_show_pages_through_the_events_to_the_most_recent(stub: StubServer) -> N
 def test_halt_resume_delete(stub: StubServer) -> None:
     stub.stub.jobs["training-a"] = make_job("training-a", "RUNNING")
     halted = invoke(stub, "halt", "training-a", "-o", "json")
-    assert json.loads(halted.stdout)["state"] == "HALTED"
+    assert json.loads(halted.stdout)["state"] == "RUNNING"
+    stub.stub.jobs["training-a"]["state"] = "HALTED"
     resumed = invoke(stub, "resume", "training-a")
-    assert resumed.stdout == "resume requested for training-a: now QUEUED\n"
+    assert resumed.stdout.startswith("resume requested: training-a is QUEUED again")
     deleted = invoke(stub, "delete", "training-a", "-o", "json")
     assert json.loads(deleted.stdout) == {"id": "training-a", "status": "deleting"}
     assert [s.path for s in stub.stub.seen] == [

@@ -235,9 +235,10 @@ class StubHandler(BaseHTTPRequestHandler):
         self._send_json(200, job)
 
     def halt(self, parts: list[str], query: dict, body: bytes) -> None:
+        # As the real API: the halt is recorded and the job answered as it stands; the
+        # lifecycle manager stops it afterwards.
         job = self._job(parts[1])
         if job is not None:
-            job["state"] = "HALTED"
             self._send_json(202, job)
 
     def resume(self, parts: list[str], query: dict, body: bytes) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from learner_image.results_upload import upload_one, upload_results
+from learner_image.results_upload import results_prefix, upload_one, upload_results
 from storage.object_store import LocalObjectStore
 
 
@@ -40,3 +40,16 @@ def test_a_result_swapped_for_a_link_after_the_listing_is_refused(tmp_path: Path
     linked_dir.symlink_to(tmp_path)  # RESULT_DIR itself swapped for a link
     with pytest.raises(OSError):
         upload_one(store, linked_dir, "helper-only", "jobs/j/results/x")
+
+
+def test_a_learners_results_get_one_folder_of_its_name() -> None:
+    base = "jobs/j/results/"
+    assert results_prefix("j", 1, ["model.pt"]) == base
+    assert results_prefix("j", 2, ["model.pt"]) == base + "learner-2/"
+    assert results_prefix("j", 2, []) == base + "learner-2/"
+    # the program made the folder itself: not learner-2/learner-2/
+    assert results_prefix("j", 2, ["learner-2/model.pt", "learner-2/m/x"]) == base
+    # some of its results outside it, or another learner's folder: one of its own
+    assert results_prefix("j", 2, ["learner-2/model.pt", "top.txt"]) == base + "learner-2/"
+    assert results_prefix("j", 2, ["learner-3/model.pt"]) == base + "learner-2/"
+    assert results_prefix("j", 2, ["learner-20/model.pt"]) == base + "learner-2/"
