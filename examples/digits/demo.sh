@@ -15,7 +15,7 @@ echo
 echo "final metrics of $job:"
 dlaas metrics "$job" --tail 4
 if [ "$status" -eq 0 ]; then
-  dlaas download "$job" --dest "$results"
+  dlaas download "$job" --dest "$results" --force
   echo
   echo "results of $job are in $results (and on the platform: dlaas download $job)"
 fi
