@@ -14,7 +14,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)" numpy
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# the train extra after the CPU torch: torch is then already satisfied, and scikit-learn
+	# (which the cascade SVM example and its tests need) is added
+	$(BIN)/pip install --quiet -e ".[dev,train]"
 	touch $@
 
 demo: $(STAMP)
