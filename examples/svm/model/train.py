@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     if saved is not None and saved.get("config") != config:
         print("svm: checkpoint was taken with other settings; starting over", flush=True)
         saved = None
-    start_round, sets = gather(
-        (saved["round"], saved["sets"]) if saved is not None else (0, None)
-    )[0]
+    start_round, sets = gather((saved["round"], saved["sets"]) if saved is not None else (0, None))[
+        0
+    ]
     if sets is not None:
         print(f"svm: resumed after round {start_round} ({len(sets)} survivor sets)", flush=True)
 
