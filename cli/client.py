@@ -272,10 +272,10 @@ class DlaasClient(TenancyCalls):
         through as `{"event": name, ...data}`. A dropped connection is reopened with the
         `Last-Event-ID` of the last event received, so no line is lost or repeated. A plain
         text answer (from a server that sends no events without follow) is yielded line by
-        line, `learner` being the one asked for (None when all learners' lines come mixed). `on_reconnect` hears why the
-        stream is being reopened.
-        Without `follow` the server sends the log so far as events too, several learners'
-        lines in time order; a dropped connection then fails (there is no place to resume).
+        line, `learner` being the one asked for (None when all learners' lines come mixed).
+        `on_reconnect` hears why the stream is being reopened. Without `follow` the server
+        sends the log so far as events too, several learners' lines in time order; a dropped
+        connection then fails (there is no place to resume).
         """
         params: dict[str, str] = {"follow": "true" if follow else "false"}
         if learner is not None:
