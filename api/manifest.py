@@ -3,7 +3,9 @@
 FfDL fields (name, description, version, learners, gpus, cpus, memory, data_stores, framework,
 evaluation_metrics, and anything else FfDL accepted) are read leniently: unknown keys are kept.
 dlaas's blocks (checkpoint, restart_policy, parameter_server, elastic, performance,
-environment) are strict.
+environment) are strict. A top-level key that is neither FfDL's nor dlaas's is kept too, but
+named in a warning (`unknown_field_warnings`): it is most often a typo of a field that then
+silently keeps its default.
 
 `parse_manifest` is the one entry point for untrusted text: it never lets a YAML or pydantic
 exception escape; every refusal is an `Invalid` naming the field and the fix.
@@ -12,6 +14,7 @@ exception escape; every refusal is an `Invalid` naming the field and the fix.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -708,6 +711,48 @@ def _check_values(data: object) -> None:
                 "a manifest cannot use; write plain text, numbers, lists and mappings",
                 path or "manifest",
             )
+
+
+# The top-level fields of FfDL's manifest (its ManifestV1): `gpu_type` is read by FfDL, not by
+# dlaas, and kept as given.
+FFDL_FIELDS = frozenset(
+    {
+        "name",
+        "description",
+        "version",
+        "cpus",
+        "gpus",
+        "gpu_type",
+        "learners",
+        "memory",
+        "storage",
+        "data_stores",
+        "framework",
+        "evaluation_metrics",
+    }
+)
+
+
+def manifest_fields() -> frozenset[str]:
+    """Every top-level key FfDL or dlaas reads."""
+    dlaas = {info.alias or name for name, info in Manifest.model_fields.items()}
+    return FFDL_FIELDS | dlaas
+
+
+def unknown_field_warnings(manifest: Mapping[str, Any]) -> list[str]:
+    """A warning for each top-level key neither FfDL nor dlaas reads, naming the field it
+    most likely meant. The job runs all the same: FfDL's manifests pass as they are."""
+    known = sorted(manifest_fields())
+    warnings = []
+    for key in manifest:
+        if key in known:
+            continue
+        name = str(key)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else "it is kept, but nothing reads it"
+        shown = name if name.isprintable() and len(name) <= 80 else _show(name, 80)
+        warnings.append(f"{shown} is not a manifest field: {hint}")
+    return warnings
 
 
 def parse_manifest(text: bytes | str) -> Manifest:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.json_numbers import whole_number
+from api.manifest import unknown_field_warnings
 from api.quota_schemas import QuotaPublic
 from storage.models import ApiToken, Job, JobEvent
 
@@ -60,6 +61,19 @@ class JobPublic(BaseModel):
             updated_at=job.updated_at,
             manifest=without_secrets(job.manifest),
         )
+
+
+class JobSubmitted(JobPublic):
+    """The answer to a submission: the job, and what the manifest says that dlaas will not
+    act on (a top-level key neither FfDL nor dlaas reads, most often a typo)."""
+
+    warnings: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def submitted(cls, job: Job, owner: str, team: str) -> JobSubmitted:
+        public = JobPublic.of(job, owner, team)
+        manifest = job.manifest if isinstance(job.manifest, dict) else {}
+        return cls(**public.model_dump(), warnings=unknown_field_warnings(manifest))
 
 
 class JobList(BaseModel):

@@ -271,9 +271,11 @@ class DlaasClient(TenancyCalls):
         of a followed stream is `{"event": "end", "state": ...}`. Other server events pass
         through as `{"event": name, ...data}`. A dropped connection is reopened with the
         `Last-Event-ID` of the last event received, so no line is lost or repeated. A plain
-        text answer (the non-follow form) is yielded line by line, `learner` being the one
-        asked for (None when all learners' lines come mixed). `on_reconnect` hears why the
-        stream is being reopened.
+        text answer (from a server that sends no events without follow) is yielded line by
+        line, `learner` being the one asked for (None when all learners' lines come mixed).
+        `on_reconnect` hears why the stream is being reopened. Without `follow` the server
+        sends the log so far as events too, several learners' lines in time order; a dropped
+        connection then fails (there is no place to resume).
         """
         params: dict[str, str] = {"follow": "true" if follow else "false"}
         if learner is not None:
@@ -311,7 +313,7 @@ class DlaasClient(TenancyCalls):
                     return
                 reason = "the log stream closed before the job ended"
             except DlaasConnectionError as exc:
-                if not connected or plain:
+                if not connected or plain or not follow:
                     raise
                 reason = exc.reason
             failures += 1

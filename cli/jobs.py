@@ -26,6 +26,7 @@ from cli.output import (
     print_table,
     state_text,
     transfer_progress,
+    warning_line,
 )
 
 JobId = Annotated[str, typer.Argument(metavar="ID", help="The job id (training-...).")]
@@ -83,6 +84,7 @@ def train(
         if temporary:
             archive.unlink(missing_ok=True)
     job_id = str(job.get("id", ""))
+    warn_of_manifest(job, manifest_path)
     if inv.json:
         (print_json_line if follow else print_json)(job)
     else:
@@ -92,6 +94,14 @@ def train(
     if follow:
         final = stream_logs(inv, job_id, follow=True, job=job)
         exit_for_outcome(inv, job_id, final)
+
+
+def warn_of_manifest(job: dict[str, Any], manifest: Path) -> None:
+    """The server's warnings about the manifest (a key nothing reads: most often a typo), on
+    stderr, in every output mode: the job was submitted all the same."""
+    warnings = job.get("warnings")
+    for warning in warnings if isinstance(warnings, list) else []:
+        warning_line(f"{manifest}: {warning}")
 
 
 def check_train_inputs(manifest: Path, model: Path | None) -> tuple[Path, Path]:

@@ -55,12 +55,9 @@ def stream_logs(
         raise CliError(f"--learner {learner}: job {job_id} has learners 1..{learners}")
     prefixed = learner is None and learners > 1
     notices = Notices()
-    if follow or not prefixed:
-        events = client.iter_log_events(
-            job_id, follow=follow, learner=learner, on_reconnect=notices.reconnecting
-        )
-    else:
-        events = _each_learner(client, job_id, learners)
+    events = client.iter_log_events(
+        job_id, follow=follow, learner=learner, on_reconnect=notices.reconnecting
+    )
     if inv.json:
         final: str | None = None
         for event in events:
@@ -112,13 +109,6 @@ class Notices:
             self.live.console.print(Text(message, style="dim"), soft_wrap=True)
         else:
             note(message)
-
-
-def _each_learner(client: DlaasClient, job_id: str, learners: int) -> Iterator[dict[str, Any]]:
-    """Stored lines learner by learner, so each line can say whose it is."""
-    for index in range(1, learners + 1):
-        for event in client.iter_log_events(job_id, follow=False, learner=index):
-            yield {**event, "learner": event.get("learner") or index}
 
 
 def _print_plain(events: Iterator[dict[str, Any]], prefixed: bool) -> str | None:
@@ -272,6 +262,11 @@ def logs(
     ] = False,
 ) -> None:
     """Print a job's log lines, each prefixed by its learner number when there are several.
+
+    Several learners' lines come in time order: by the time each line was sent live, each
+    learner's own order kept; a line whose time is no longer known (the live view keeps a
+    job's recent lines, and for an hour after it ends) stays right after that learner's line
+    before it, so an old job's log reads learner after learner.
 
     With --follow the exit status is the job's outcome: 0 when it COMPLETED, 1 otherwise.
     With --output json each event is one JSON object per line, metric lines included.

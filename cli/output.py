@@ -87,6 +87,11 @@ def error_line(message: str) -> None:
     stderr_console().print(Text(f"error: {message}", style="bold red"))
 
 
+def warning_line(message: str) -> None:
+    """Something the user should fix though nothing failed, on stderr."""
+    stderr_console().print(Text(f"warning: {message}", style="yellow"))
+
+
 def note(message: str) -> None:
     """A human remark on stderr, so stdout stays clean for data."""
     stderr_console().print(Text(message, style="dim"))

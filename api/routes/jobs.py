@@ -16,7 +16,7 @@ from api.deps import JobId, SessionDep, StateDep
 from api.errors import DlaasError, Invalid
 from api.idempotency import Claim, claim_of
 from api.pagination import PageQuery
-from api.schemas import NAME, NAME_RULE, EventList, JobList, JobPublic
+from api.schemas import NAME, NAME_RULE, EventList, JobList, JobPublic, JobSubmitted
 from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
@@ -162,10 +162,10 @@ def _team_field(form: Any) -> str | None:
     return value
 
 
-@router.post("", status_code=201, response_model=JobPublic, openapi_extra=_SUBMIT_BODY)
+@router.post("", status_code=201, response_model=JobSubmitted, openapi_extra=_SUBMIT_BODY)
 async def submit_job(
     request: Request, response: Response, state: StateDep, user: Allowed
-) -> JobPublic:
+) -> JobSubmitted:
     """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code).
     The body limit (the archive's and the manifest's, and the form's framing) is enforced by
     `api.body_limit` before the body is read."""
@@ -197,7 +197,7 @@ async def submit_job(
             on_created=_answer_stored_with_job(claim_of(request.state), user.name),
         )
     response.headers["Location"] = _location(job.id)
-    return JobPublic.of(job, user.name, team)
+    return JobSubmitted.submitted(job, user.name, team)
 
 
 def _location(job_id: str) -> str:
@@ -211,7 +211,7 @@ def _answer_stored_with_job(claim: Claim | None, owner: str) -> service.JobCreat
         return None
 
     async def store(session: AsyncSession, job: Job, team: str) -> None:
-        body = JobPublic.of(job, owner, team).model_dump_json().encode()
+        body = JobSubmitted.submitted(job, owner, team).model_dump_json().encode()
         headers = {"content-type": "application/json", "location": _location(job.id)}
         await claim.store_answer(session, 201, body, headers)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.access import JobAccess
@@ -48,17 +48,27 @@ def _learners(count: int, learner: int | None) -> list[int]:
     return [learner]
 
 
+def _wants_events(request: Request) -> bool:
+    """Whether the client asks for events rather than text: the CLI does, to label each line
+    with its learner. A browser (or curl) accepting anything gets the text."""
+    accept = request.headers.get("accept", "")
+    return "text/event-stream" in accept and "text/plain" not in accept and "*/*" not in accept
+
+
 @router.get(
     "/{job_id}/logs",
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "the log as text, or with follow=true as Server-Sent Events",
+            "description": "the log as text, several learners' lines in time order; with "
+            "follow=true, or when the request accepts only text/event-stream, as Server-Sent "
+            "Events that name each line's learner",
             "content": {"text/plain": {}, "text/event-stream": {}},
         }
     },
 )
 async def job_logs(
+    request: Request,
     job_id: JobId,
     access: JobAccess,
     state: StateDep,
@@ -78,6 +88,12 @@ async def job_logs(
         position = decode_position(last_event_id) if last_event_id else Position()
     except ValueError as exc:
         raise DlaasError(str(exc), field="Last-Event-ID") from None
+    if not follow and _wants_events(request):
+        return StreamingResponse(
+            logs_service.log_line_events(state, job_id, learners),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     if not follow:
         return StreamingResponse(
             logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"

@@ -15,6 +15,7 @@ resumes exactly where it stopped. Plain functions over plain data: no I/O here.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -118,3 +119,67 @@ def gap_notice(count: int, live: bool) -> str:
         f"[dlaas] {count:,} lines are not stored yet and no longer live; "
         "the log is stored every 10 s and when the learner ends"
     )
+
+
+# -- time order across learners -----------------------------------------------------------
+#
+# A stored log holds bare lines: no time. The live stream's batches carry the time they were
+# sent, so a line whose number a batch of the stream still covers has that time (the stream
+# keeps the last ~2,000 batches of the job, and for an hour once it ended). The job's log is
+# put in time order by one rule: each learner's lines keep their own order; a line with a
+# time sorts by it; a line without one sorts right after the learner's last line before it
+# (so the lines before the stream's window open the log, learner by learner, and a log whose
+# stream has gone reads learner after learner); lines of equal time go learner by learner.
+
+
+@dataclass(frozen=True)
+class Span:
+    """Lines `first`..`last` of a learner were sent live at `time`."""
+
+    first: int
+    last: int
+    time: float
+
+
+@dataclass
+class LineTimes:
+    """The times the live stream knows for one learner's line numbers. A new attempt numbers
+    its lines again from its stored log: its spans replace what an earlier attempt's said
+    about the same numbers."""
+
+    spans: list[Span] = field(default_factory=list)
+    _hint: int = 0  # lines are looked up in rising order: the span the last one was in
+
+    def add(self, first: int, count: int, time: float) -> None:
+        if count <= 0:
+            return
+        last = first + count - 1
+        while self.spans and self.spans[-1].last >= first:
+            old = self.spans.pop()
+            if old.first < first:
+                self.spans.append(Span(old.first, first - 1, old.time))
+                break
+        self.spans.append(Span(first, last, time))
+
+    def of(self, number: int) -> float | None:
+        hint = self._hint
+        if hint < len(self.spans) and self.spans[hint].first <= number <= self.spans[hint].last:
+            return self.spans[hint].time
+        index = bisect.bisect_right(self.spans, number, key=lambda span: span.first) - 1
+        if index >= 0 and self.spans[index].last >= number:
+            self._hint = index
+            return self.spans[index].time
+        return None
+
+
+@dataclass
+class OrderKey:
+    """Sort keys for one learner's lines, in its order: never less than the key before."""
+
+    learner: int
+    last: float = float("-inf")
+
+    def of(self, time: float | None) -> tuple[float, int]:
+        if time is not None and time > self.last:
+            self.last = time
+        return (self.last, self.learner)

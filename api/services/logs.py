@@ -11,14 +11,24 @@ Metrics are read the same way from `jobs/{id}/metrics/learner-{n}.jsonl` and the
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from anyio import to_thread
 
 from api.pagination import MetricPosition
-from api.services.log_join import Numbered, Position, Taken, encode_position, gap_notice
+from api.services.log_join import (
+    LineTimes,
+    Numbered,
+    OrderKey,
+    Position,
+    Taken,
+    encode_position,
+    gap_notice,
+)
 from api.state import ApiState
 from storage import jobs as repo
 from storage import output_keys, streams
@@ -190,9 +200,10 @@ async def follow_events(
 
 
 async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> AsyncIterator[bytes]:
-    """The job's log as text, learner after learner: each one's stored log, then the lines
-    of the live stream beyond it."""
-    for learner in learners:
+    """The job's log as text: each learner's stored log, then the lines of the live stream
+    beyond it; several learners' lines in time order (`api.services.log_join`)."""
+    if len(learners) == 1:
+        learner = learners[0]
         position = Position()
         key = output_keys.log_key(job_id, learner)
         async for first, lines in _stored_lines(state.objects, key, 0):
@@ -201,6 +212,108 @@ async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> Asy
         async for taken in _live_taken(state, job_id, learner, position):
             text = gap_notice(taken.gap, live=False) + "\n" if taken.gap else ""
             yield (text + "".join(line + "\n" for line in taken.items)).encode()
+        return
+    async for merged in _in_time_order(state, job_id, learners):
+        yield "".join(line.text + "\n" for line in merged).encode()
+
+
+async def log_line_events(
+    state: ApiState, job_id: str, learners: Sequence[int]
+) -> AsyncIterator[bytes]:
+    """The same lines in the same order as `log_text`, as Server-Sent Events that say whose
+    each line is: `{"learner", "line", "time"}` (the time the live stream knows for it, else
+    null), and `"gap"` on a notice of lines missing. No `end` event: the log so far."""
+    dumps = orjson.dumps
+    async for lines in _in_time_order(state, job_id, learners):
+        events = []
+        for line in lines:
+            data: dict[str, Any] = {"learner": line.learner, "line": line.text, "time": line.time}
+            if line.gap:
+                data["gap"] = line.gap
+            events.append(b"data: " + dumps(data) + b"\n\n")
+        yield b"".join(events)
+
+
+@dataclass(frozen=True)
+class _Line:
+    key: tuple[float, int]
+    learner: int
+    time: float | None
+    text: str
+    gap: int = 0
+
+
+async def _line_times(state: ApiState, job_id: str) -> dict[int, LineTimes]:
+    """What the live stream says about when each learner's lines were sent (a few thousand
+    spans at most: the stream is capped)."""
+    times: dict[int, LineTimes] = {}
+    after: streams.StreamId = "0-0"
+    while True:
+        logs = await streams.aread_logs(state.redis, job_id, after, count=_READ_ENTRIES)
+        for _entry_id, batch in logs:
+            spans = times.setdefault(batch.learner, LineTimes())
+            spans.add(batch.first, len(batch.lines), batch.time)
+        if len(logs) < _READ_ENTRIES:
+            return times
+        after = logs[-1][0]
+
+
+async def _learner_lines(
+    state: ApiState, job_id: str, learner: int, times: LineTimes
+) -> AsyncIterator[list[_Line]]:
+    """One learner's stored log, then the live lines beyond it, each with its time (when the
+    stream knows it) and its sort key."""
+    order = OrderKey(learner)
+    position = Position()
+    key = output_keys.log_key(job_id, learner)
+    async for first, lines in _stored_lines(state.objects, key, 0):
+        position.stored_through(learner, first + len(lines) - 1)
+        yield [_line(order, times.of(n), text) for n, text in enumerate(lines, first)]
+    async for taken in _live_taken(state, job_id, learner, position):
+        out = []
+        if taken.gap:
+            notice = gap_notice(taken.gap, live=False)
+            out.append(_line(order, times.of(taken.first), notice, taken.gap))
+        out.extend(
+            _line(order, times.of(n), text) for n, text in enumerate(taken.items, taken.first)
+        )
+        yield out
+
+
+def _line(order: OrderKey, time: float | None, text: str, gap: int = 0) -> _Line:
+    return _Line(order.of(time), order.learner, time, text, gap)
+
+
+async def _in_time_order(
+    state: ApiState, job_id: str, learners: Sequence[int]
+) -> AsyncIterator[list[_Line]]:
+    """The learners' lines merged by sort key: each learner's read a piece at a time, never
+    the whole log."""
+    times = await _line_times(state, job_id)
+    sources = {n: _learner_lines(state, job_id, n, times.get(n, LineTimes())) for n in learners}
+    heads: dict[int, deque[_Line]] = {}
+
+    async def refill(learner: int) -> None:
+        while not heads.get(learner):
+            piece = await anext(sources[learner], None)
+            if piece is None:
+                heads.pop(learner, None)
+                return
+            heads[learner] = deque(piece)
+
+    for learner in learners:
+        await refill(learner)
+    while heads:
+        learner = min(heads, key=lambda n: heads[n][0].key)
+        queue = heads[learner]
+        others = [heads[n][0].key for n in heads if n != learner]
+        bound = min(others) if others else None
+        out = []
+        while queue and (bound is None or queue[0].key < bound):
+            out.append(queue.popleft())
+        yield out
+        if not queue:
+            await refill(learner)
 
 
 async def _live_taken(

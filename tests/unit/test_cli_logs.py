@@ -145,13 +145,17 @@ def test_logs_single_learner_lines_are_not_prefixed(stub: StubServer) -> None:
     assert result.stdout == "[not markup] 50%\n"
 
 
-def test_logs_without_follow_fetches_each_learner(stub: StubServer) -> None:
+def test_logs_without_follow_asks_once_for_the_learner_named(stub: StubServer) -> None:
+    """The order of several learners' lines is the server's (tests/integration/
+    test_cli_logs_order.py); a plain-text answer is printed as it comes."""
     job_id = "training-two"
     stub.stub.jobs[job_id] = make_job(job_id, "COMPLETED", learners=2)
-    stub.stub.text_logs[job_id] = {1: "a\nb\n", 2: "c\n", None: "a\nb\nc\n"}
+    stub.stub.text_logs[job_id] = {1: "a\nb\n", 2: "c\n", None: "a\nc\nb\n"}
     result = invoke(stub, "logs", job_id)
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["[1] a", "[1] b", "[2] c"]
+    assert result.stdout.splitlines() == ["a", "c", "b"]
+    calls = stub.stub.requests("GET", f"/v2/jobs/{job_id}/logs")
+    assert calls[-1].query == {"follow": ["false"]}
 
     result = invoke(stub, "logs", job_id, "--learner", "2")
     assert result.stdout == "c\n"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from api.services.log_join import (
+    LineTimes,
     Numbered,
+    OrderKey,
     Position,
     decode_position,
     encode_position,
@@ -73,3 +75,40 @@ def test_positions_round_trip_and_bad_ones_are_refused() -> None:
     for bad in ("0-0", "1:x", "1:2,", "1700000000000-0", "1:2:3"):
         with pytest.raises(ValueError, match="Last-Event-ID"):
             decode_position(bad)
+
+
+# -- time order across learners -------------------------------------------------------------
+
+
+def test_line_times_say_when_the_stream_sent_each_line_and_nothing_outside_it() -> None:
+    times = LineTimes()
+    times.add(101, 50, 10.0)
+    times.add(151, 50, 12.0)
+    assert [times.of(n) for n in (100, 101, 150, 151, 200, 201)] == [
+        None,
+        10.0,
+        10.0,
+        12.0,
+        12.0,
+        None,
+    ]
+
+
+def test_a_new_attempts_lines_replace_what_the_stream_said_of_their_numbers() -> None:
+    times = LineTimes()
+    times.add(1, 100, 10.0)  # attempt 0 streamed lines 1..100; its stored log ended at 60
+    times.add(61, 10, 50.0)  # attempt 1 numbers its lines from 61
+    assert [times.of(n) for n in (60, 61, 70, 71, 100)] == [10.0, 50.0, 50.0, None, None]
+
+
+def test_a_line_without_a_time_sorts_right_after_the_learners_line_before_it() -> None:
+    order = OrderKey(2)
+    keys = [order.of(t) for t in (None, None, 5.0, None, 4.0, 7.0)]
+    assert keys == [
+        (float("-inf"), 2),
+        (float("-inf"), 2),
+        (5.0, 2),
+        (5.0, 2),
+        (5.0, 2),  # a clock that stepped back keeps the learner's own order
+        (7.0, 2),
+    ]
