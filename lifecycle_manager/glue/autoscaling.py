@@ -129,9 +129,19 @@ async def _elastic_running(
     return found, costs
 
 
+async def _any_running_elastic(ctx: Context) -> bool:
+    async with ctx.sessions() as session:
+        query = select(Job.manifest).where(
+            Job.state == JobState.RUNNING.value, Job.deleted_at.is_(None)
+        )
+        return any(is_elastic(manifest) for manifest in (await session.execute(query)).scalars())
+
+
 async def autoscale_pass(ctx: Context, waiting: Sequence[Waiting]) -> list[tuple[str, int]]:
     """Size the running elastic jobs, given the jobs the pass left `waiting`; the jobs
     now RESCALING, each with the attempt whose learners are to stop."""
+    if not await _any_running_elastic(ctx):
+        return []  # nothing to size: the scheduler's lock is not taken again for nothing
     nodes = await ctx.backend.nodes()
     recorded = []
     lock = ctx.redis.lock(SCHEDULER_LOCK, timeout=60, blocking_timeout=60)
