@@ -42,10 +42,7 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from multiprocessing import get_context
@@ -53,6 +50,7 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any
 
+from bench import ps
 from bench._latency_stats import rounded
 from bench._perf_model_learners import StepSpec, Task, learner
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
@@ -73,45 +71,6 @@ EXCHANGES = {"allreduce": Exchange.ALL_REDUCE, "ps": Exchange.PARAMETER_SERVER}
 VIA = {"allreduce": "gloo", "ps": "ps"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_sidecar(region: Path, slots: int) -> subprocess.Popen[bytes]:
-    """dlaas-ps for `slots` learners, sync, with one thread as each learner has."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "learner_image.ps.server",
-            "--dir",
-            str(region),
-            "--slots",
-            str(slots),
-            "--mode",
-            "sync",
-            "--threads",
-            "1",
-            "--snapshot-interval",
-            "0",
-        ],
-        cwd=ROOT,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def run(world: int, specs: list[StepSpec], scale: float) -> dict[str, float]:
     """The steps on `world` learner processes at once (and a sidecar per ps step kind):
     per step kind, the median over its steps of the slowest learner's time."""
@@ -123,9 +82,10 @@ def run(world: int, specs: list[StepSpec], scale: float) -> dict[str, float]:
     ]
     base = Path(tempfile.mkdtemp(prefix="dlaas-bench-perf-", dir="/dev/shm"))
     regions = {s.region_name for s in specs if s.via.startswith("ps")}
-    sidecars = [_start_sidecar(base / region, world) for region in sorted(regions)]
+    # sync, with one thread as each learner has
+    sidecars = [ps.start_server(base / region, world, 1, "sync") for region in sorted(regions)]
     try:
-        task = Task(world, tuple(specs), port=_free_port(), region=str(base))
+        task = Task(world, tuple(specs), port=ps.free_port(), region=str(base))
         context = get_context("spawn")
         results: Queue[Any] = context.Queue()
         processes = [
@@ -138,7 +98,7 @@ def run(world: int, specs: list[StepSpec], scale: float) -> dict[str, float]:
             process.join(timeout=60)
     finally:
         for sidecar in sidecars:
-            _stop(sidecar)
+            ps.stop(sidecar)
         shutil.rmtree(base, ignore_errors=True)
     # the k-th step is the same step on every learner: it took as long as the slowest one
     return {

@@ -152,7 +152,9 @@ class CopyMeter:
         return {name: self.numel * 4 / median(values) for name, values in times.items()}
 
 
-def start_server(directory: Path, slots: int, threads: int) -> subprocess.Popen[bytes]:
+def start_server(
+    directory: Path, slots: int, threads: int, mode: str = "async"
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -163,7 +165,7 @@ def start_server(directory: Path, slots: int, threads: int) -> subprocess.Popen[
             "--slots",
             str(slots),
             "--mode",
-            "async",
+            mode,
             "--threads",
             str(threads),
             "--snapshot-interval",
