@@ -29,8 +29,9 @@ agent = harness.agent
 
 
 @pytest.fixture
-def celery_client(redis_url: str) -> Iterator[Celery]:
-    client = Celery("dlaas-api", broker=redis_url, backend=redis_url)
+def celery_client(private_redis_url: str) -> Iterator[Celery]:
+    # A database of its own: tasks other tests queued for no worker would reach this one.
+    client = Celery("dlaas-api", broker=private_redis_url, backend=private_redis_url)
     try:
         yield client
     finally:
@@ -45,8 +46,9 @@ def _model_zip() -> bytes:
 
 
 async def test_send_task_by_name_deploys_a_job(
-    tmp_path: Path, redis_url: str, agent: Agent, celery_client: Celery
+    tmp_path: Path, private_redis_url: str, agent: Agent, celery_client: Celery
 ) -> None:
+    redis_url = private_redis_url
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'dlaas.db'}"
     upgrade(database_url)
     settings = lm_settings(tmp_path, database_url, redis_url, agent)
