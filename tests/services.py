@@ -363,8 +363,17 @@ def claim_redis_db(url: str, databases: range = range(1, 16)) -> int | None:
 
     A database is claimed with a marker key naming this process; one that is empty, or
     claimed by a test run that has died on this host, is taken (and emptied). Database 0
-    is never used: that is where a developer's own dlaas keeps its data.
+    is never used: that is where a developer's own dlaas keeps its data. A server that
+    answers but refuses writes (a replica, a full disk, too few replicas) yields None, so
+    the caller starts a server of its own rather than failing every test.
     """
+    try:
+        return _claim_first_free_db(url, databases)
+    except redis.ResponseError:
+        return None
+
+
+def _claim_first_free_db(url: str, databases: range) -> int | None:
     me = f"{socket.gethostname()}:{os.getpid()}"
     for db in databases:
         client = redis.Redis.from_url(url, db=db, socket_timeout=5)
