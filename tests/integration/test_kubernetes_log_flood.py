@@ -41,7 +41,7 @@ from tests.integration.api_harness import ADMIN_TOKEN
 from tests.integration.kube_harness import TIMINGS, follow, load, pod_watcher
 from tests.kube.emulator import RunningEmulator
 from tests.kube.kubelet import Kubelet
-from tests.services import PostgresServer
+from tests.postgres import PostgresServer
 
 emulator = kube_harness.emulator
 namespace = kube_harness.namespace

@@ -25,7 +25,8 @@ from lifecycle_manager.glue.context import Context, Timings, no_pass
 from storage.migrate import upgrade
 from storage.settings import Settings
 from tests import services
-from tests.services import PostgresServer, ServiceProcess
+from tests.postgres import PostgresServer
+from tests.services import ServiceProcess
 
 AGENT_GRACE_S = 1.0
 

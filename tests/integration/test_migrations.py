@@ -19,7 +19,7 @@ from storage.migrate import alembic_config, upgrade
 from storage.models import Base
 from storage.team_quotas import TeamQuota, set_team_quota, team_quotas
 from storage.users import user_by_token
-from tests.services import PostgresServer
+from tests.postgres import PostgresServer
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
