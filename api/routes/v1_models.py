@@ -65,7 +65,10 @@ async def post_model(
         manifest = form_file(form, "manifest", "the manifest YAML")
         model = form_file(form, "model_definition", "the model code zip")
         submission = service.Submission(
-            await manifest.read(MANIFEST_MAX + 1), model.file, model.size or 0
+            await manifest.read(MANIFEST_MAX + 1),
+            model.file,
+            model.size or 0,
+            archive_field="model_definition",
         )
         job, _team = await service.submit_job(
             state,
