@@ -59,6 +59,17 @@ def refuse_unknown_fields(form: Any, known: Collection[str]) -> None:
             )
 
 
+async def submitted_files(
+    form: Any, known: Collection[str], archive_field: str
+) -> tuple[bytes, UploadFile]:
+    """The manifest's text (read up to one byte past its limit, which the parser refuses)
+    and the archive's upload, of a form whose fields are all `known`."""
+    refuse_unknown_fields(form, known)
+    manifest = form_file(form, "manifest", "the manifest YAML")
+    archive = form_file(form, archive_field, "the model code zip")
+    return await manifest.read(MANIFEST_MAX + 1), archive
+
+
 # The answer to a submission of `job` (its team's name given): status, body, headers
 Answer = Callable[[Job, str], tuple[int, bytes, dict[str, str]]]
 

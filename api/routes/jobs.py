@@ -19,14 +19,7 @@ from api.schemas import NAME, NAME_RULE, EventList, JobList, JobPublic, JobSubmi
 from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
-from api.submission_form import (
-    MANIFEST_MAX,
-    Answer,
-    answer_stored_with_job,
-    check_framing,
-    form_file,
-    refuse_unknown_fields,
-)
+from api.submission_form import Answer, answer_stored_with_job, check_framing, submitted_files
 from storage.job_states import JobState
 from storage.models import Job
 
@@ -155,12 +148,8 @@ async def submit_job(
     `api.body_limit` before the body is read."""
     check_framing(request, "manifest and model")
     async with request.form(max_files=4, max_fields=4) as form:
-        refuse_unknown_fields(form, _FORM_FIELDS)
-        manifest = form_file(form, "manifest", "the manifest YAML")
-        model = form_file(form, "model", "the model zip")
-        submission = service.Submission(
-            await manifest.read(MANIFEST_MAX + 1), model.file, model.size or 0, _team_field(form)
-        )
+        manifest, model = await submitted_files(form, _FORM_FIELDS, "model")
+        submission = service.Submission(manifest, model.file, model.size or 0, _team_field(form))
         job, team = await service.submit_job(
             state,
             user,

@@ -24,13 +24,7 @@ from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
 from api.services.results_archive import chunks_of, zip_results
-from api.submission_form import (
-    MANIFEST_MAX,
-    answer_stored_with_job,
-    check_framing,
-    form_file,
-    refuse_unknown_fields,
-)
+from api.submission_form import answer_stored_with_job, check_framing, submitted_files
 from storage.job_states import JobState
 from storage.models import Job
 from storage.object_store import ObjectNotFound
@@ -61,11 +55,9 @@ async def post_model(
     `model_definition` (a zip of the training code), as FfDL's CLI sends them."""
     check_framing(request, "manifest and model_definition")
     async with request.form(max_files=4, max_fields=4) as form:
-        refuse_unknown_fields(form, _FORM_FIELDS)
-        manifest = form_file(form, "manifest", "the manifest YAML")
-        model = form_file(form, "model_definition", "the model code zip")
+        manifest, model = await submitted_files(form, _FORM_FIELDS, "model_definition")
         submission = service.Submission(
-            await manifest.read(MANIFEST_MAX + 1),
+            manifest,
             model.file,
             model.size or 0,
             archive_field="model_definition",

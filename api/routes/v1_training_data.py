@@ -4,12 +4,13 @@ read through /v2's log and metric services."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import SessionDep, StateDep
@@ -75,19 +76,27 @@ async def _followed_text(
             yield "".join(lines).encode()
 
 
+@dataclass(frozen=True)
+class StreamQuery:
+    """FfDL's query of a training's log or metrics stream."""
+
+    follow: Follow = False
+    since_time: SinceTime = None
+    version: Version = None
+
+
+StreamQueryDep = Annotated[StreamQuery, Depends()]
+
+
 @router.get("/v1/models/{model_id}/logs", response_class=StreamingResponse)
 async def get_logs(
-    access: ModelAccess,
-    state: StateDep,
-    follow: Follow = False,
-    since_time: SinceTime = None,
-    version: Version = None,
+    access: ModelAccess, state: StateDep, query: StreamQueryDep
 ) -> StreamingResponse:
     """The training log as text, every learner's lines in time order; with follow=true,
     streamed until the training stops. (`since_time` is taken and not applied: the lines
     of a stored log carry no time; `/v1/logs/{id}/loglines` pages them.)"""
     job, learners = access.job, _all_learners(access.job)
-    if not follow:
+    if not query.follow:
         return StreamingResponse(logs_service.log_text(state, job.id, learners), media_type=_OCTETS)
     text = _followed_text(state, access.principal.id, job.id, learners)
     return StreamingResponse(text, media_type=_OCTETS, headers={"X-Accel-Buffering": "no"})
@@ -112,15 +121,11 @@ async def _metric_lines(state: ApiState, job: Job, since_ms: int | None) -> Asyn
 
 @router.get("/v1/models/{model_id}/metrics", response_class=StreamingResponse)
 async def get_metrics(
-    access: ModelAccess,
-    state: StateDep,
-    follow: Follow = False,
-    since_time: SinceTime = None,
-    version: Version = None,
+    access: ModelAccess, state: StateDep, query: StreamQueryDep
 ) -> StreamingResponse:
     """The training's metrics so far, one FfDL MetricData JSON object a line (`follow` is
     taken; the points so far are sent, as /v2 does)."""
-    since = parse_since(since_time)
+    since = parse_since(query.since_time)
     return StreamingResponse(_metric_lines(state, access.job, since.time_ms), media_type=_OCTETS)
 
 
@@ -155,39 +160,48 @@ async def _page(records: AsyncIterator[Record], window: Window) -> list[Record]:
     return window.records()
 
 
+@dataclass(frozen=True)
+class RecordQuery:
+    """FfDL's query of a page of training records."""
+
+    since_time: SinceTime = None
+    pagesize: PageSize = DEFAULT_PAGE_SIZE
+    pos: Pos = 0
+    search_type: SearchType = None
+    version: Version = None
+
+    def window(self) -> Window:
+        return Window(self.pagesize, self.pos, parse_since(self.since_time))
+
+
+RecordQueryDep = Annotated[RecordQuery, Depends()]
+
+
+Source = Callable[[ApiState, Job], AsyncIterator[Record]]
+
+
+async def _page_of(
+    access: ModelAccess, state: ApiState, session: SessionDep, query: RecordQuery, source: Source
+) -> tuple[str, str, list[Record]]:
+    """The model's id, its owner's name and the records of `source` the query asks for."""
+    job = access.job
+    records = await _page(source(state, job), query.window())
+    return job.id, await _owner(session, job), records
+
+
 @router.get("/v1/logs/{model_id}/loglines", response_model=LogLinesList)
 async def get_loglines(
-    access: ModelAccess,
-    state: StateDep,
-    session: SessionDep,
-    since_time: SinceTime = None,
-    pagesize: PageSize = DEFAULT_PAGE_SIZE,
-    pos: Pos = 0,
-    search_type: SearchType = None,
-    version: Version = None,
+    access: ModelAccess, state: StateDep, session: SessionDep, query: RecordQueryDep
 ) -> LogLinesList:
     """A page of the training's log lines as FfDL's records."""
-    job = access.job
-    window = Window(pagesize, pos, parse_since(since_time))
-    records = await _page(_log_records(state, job), window)
-    owner = await _owner(session, job)
-    return LogLinesList(models=[log_line(job.id, owner, r) for r in records])
+    job_id, owner, records = await _page_of(access, state, session, query, _log_records)
+    return LogLinesList(models=[log_line(job_id, owner, r) for r in records])
 
 
 @router.get("/v1/logs/{model_id}/emetrics", response_model=EMetricsList)
 async def get_emetrics(
-    access: ModelAccess,
-    state: StateDep,
-    session: SessionDep,
-    since_time: SinceTime = None,
-    pagesize: PageSize = DEFAULT_PAGE_SIZE,
-    pos: Pos = 0,
-    search_type: SearchType = None,
-    version: Version = None,
+    access: ModelAccess, state: StateDep, session: SessionDep, query: RecordQueryDep
 ) -> EMetricsList:
     """A page of the training's evaluation metrics as FfDL's records."""
-    job = access.job
-    window = Window(pagesize, pos, parse_since(since_time))
-    records = await _page(_metric_records(state, job), window)
-    owner = await _owner(session, job)
-    return EMetricsList(models=[emetrics(job.id, owner, r) for r in records])
+    job_id, owner, records = await _page_of(access, state, session, query, _metric_records)
+    return EMetricsList(models=[emetrics(job_id, owner, r) for r in records])

@@ -13,16 +13,12 @@ from storage import output_keys
 from storage.job_states import JobState
 from tests.ffdl_v1.spec import check
 from tests.integration.api_harness import MODEL_ZIP, Harness
-from tests.integration.v1_client import VERSION, post_model, with_training_data
+from tests.integration.v1_client import VERSION, new_model, post_model, with_training_data
 
 
 async def _model(api: Harness, client_token: str, container: str) -> str:
     async with api.client(client_token) as client:
-        manifest = await with_training_data(client, container)
-        created = await post_model(client, manifest)
-    assert created.status_code == 201, created.text
-    model_id: str = created.json()["model_id"]
-    return model_id
+        return await new_model(client, container)
 
 
 async def test_a_model_posted_as_ffdl_does_is_a_dlaas_job(api: Harness) -> None:
@@ -157,6 +153,11 @@ async def test_logs_and_metrics_in_ffdl_shapes(api: Harness) -> None:
         text = await client.get(f"/v1/models/{model_id}/logs", params=VERSION)
         assert text.status_code == 200
         assert text.text.splitlines() == lines
+        await api.move_job(model_id, JobState.DEPLOYING, JobState.RUNNING, JobState.COMPLETED)
+        # followed, it ends with the training: the lines as text, no event framing
+        followed = await client.get(f"/v1/models/{model_id}/logs", params={"follow": "true"})
+        assert followed.status_code == 200
+        assert followed.text.splitlines() == lines
 
         page = await client.get(f"/v1/logs/{model_id}/loglines", params={"pagesize": 2, "pos": 3})
         assert page.status_code == 200, page.text

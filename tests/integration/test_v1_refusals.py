@@ -21,7 +21,7 @@ from tests.integration.api_harness import (
     make_zip,
     running_api,
 )
-from tests.integration.v1_client import post_model, with_training_data
+from tests.integration.v1_client import new_model, post_model, with_training_data
 
 GATEWAY_TOKEN = "gateway-secret-0123456789abcdef"
 
@@ -150,7 +150,7 @@ def _userinfo(name: str, secret: str | None = GATEWAY_TOKEN) -> dict[str, str]:
 
 async def test_a_trusted_gateway_names_the_user(trusting: Harness) -> None:
     user = await trusting.add_user("gw")
-    model_id = await _submit(user.client)
+    model_id = await new_model(user.client, "gw-data")
     async with trusting.client(None) as gateway:
         listed = await gateway.get("/v1/models", headers=_userinfo(user.name))
         assert listed.status_code == 200, listed.text
@@ -170,7 +170,7 @@ async def test_a_trusted_gateway_names_the_user(trusting: Harness) -> None:
 
 async def test_a_jobs_token_gains_nothing_from_the_header(trusting: Harness) -> None:
     user = await trusting.add_user("jobcode")
-    model_id = await _submit(user.client)
+    model_id = await new_model(user.client, "gw-data")
     async with trusting.app.state.dlaas.sessions() as session:
         job_token = await job_credentials.mint(session, model_id)
         await session.commit()
@@ -181,14 +181,6 @@ async def test_a_jobs_token_gains_nothing_from_the_header(trusting: Harness) -> 
         # even with the gateway's secret, a bearer token is what counts, and it is a job's
         _refusal(await job_code.get("/v1/models", headers=_userinfo("admin")), 401)
     await user.client.aclose()
-
-
-async def _submit(client: object) -> str:
-    manifest = await with_training_data(client, "gw-data")  # type: ignore[arg-type]
-    created = await post_model(client, manifest)  # type: ignore[arg-type]
-    assert created.status_code == 201, created.text
-    model_id: str = created.json()["model_id"]
-    return model_id
 
 
 async def test_a_retry_with_the_same_idempotency_key_gets_the_same_model(api: Harness) -> None:

@@ -61,3 +61,12 @@ async def post_model(
     if model is not None:
         files["model_definition"] = ("model.zip", model, "application/octet-stream")
     return await client.post("/v1/models", params=VERSION, files=files, **request)
+
+
+async def new_model(client: httpx.AsyncClient, container: str) -> str:
+    """A model of `client`'s user, posted with its training data in `container`."""
+    manifest = await with_training_data(client, container)
+    created = await post_model(client, manifest)
+    assert created.status_code == 201, created.text
+    model_id: str = created.json()["model_id"]
+    return model_id
