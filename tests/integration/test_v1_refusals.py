@@ -168,6 +168,21 @@ async def test_a_trusted_gateway_names_the_user(trusting: Harness) -> None:
     await user.client.aclose()
 
 
+async def test_a_gateways_retry_gets_the_first_answer(trusting: Harness) -> None:
+    user = await trusting.add_user("gwretry")
+    async with user.client as client:
+        manifest = await with_training_data(client, "gwretry-data")
+    async with trusting.client(None) as gateway:
+        headers = {**_userinfo(user.name), "Idempotency-Key": "gw-1"}
+        first = await post_model(gateway, manifest, headers=headers)
+        again = await post_model(gateway, manifest, headers=headers)
+        assert first.status_code == again.status_code == 201, first.text
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json() == first.json()
+        listed = await gateway.get("/v1/models", headers=_userinfo(user.name))
+        assert len(listed.json()["models"]) == 1
+
+
 async def test_a_jobs_token_gains_nothing_from_the_header(trusting: Harness) -> None:
     user = await trusting.add_user("jobcode")
     model_id = await new_model(user.client, "gw-data")
