@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from api.errors import Invalid
 from api.ffdl_v1.mapping import (
@@ -21,6 +23,7 @@ from api.ffdl_v1.mapping import (
     userinfo_user,
 )
 from storage.job_states import JobState
+from storage.settings import Settings
 
 # FfDL's trainer statuses (trainer/trainer/grpc_trainer_v2/trainer.proto, `Status`)
 FFDL_STATUSES = {
@@ -164,3 +167,11 @@ def test_log_line_events_are_read_from_server_sent_events() -> None:
         b'event: end\ndata: {"state":"COMPLETED"}\n\n'
     )
     assert [d["line"] for d in sse_records(chunk)] == ["one", "two"]
+
+
+def test_trusting_the_gateway_header_takes_the_gateways_secret(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="DLAAS_V1_GATEWAY_TOKEN"):
+        Settings(home=tmp_path, v1_trusted_userinfo=True)
+    trusting = Settings(home=tmp_path, v1_trusted_userinfo=True, v1_gateway_token="s" * 32)
+    assert trusting.v1_trusted_userinfo
+    assert not Settings(home=tmp_path).v1_trusted_userinfo  # off unless turned on
