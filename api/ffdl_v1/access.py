@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 
 from api.access import JobGrant, check_platform, readable_job
@@ -62,6 +62,10 @@ ModelId = Annotated[
         max_length=200,
         description="a model's id, as `POST /v1/models` answered it (a dlaas job's id)",
     ),
+]
+# FfDL's clients send the API version they speak as a date; every version gets this API.
+Version = Annotated[
+    str | None, Query(max_length=40, description="FfDL's API version date, e.g. 2017-02-13")
 ]
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _USERINFO_CACHE_PREFIX = "v1-userinfo:"

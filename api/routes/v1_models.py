@@ -7,15 +7,13 @@ own specification, which its clients were generated from.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from anyio import to_thread
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.deps import SessionDep, StateDep
 from api.errors import NotFound
-from api.ffdl_v1.access import ModelAccess, V1Allowed
+from api.ffdl_v1.access import ModelAccess, V1Allowed, Version
 from api.ffdl_v1.mapping import model_location, model_of, patch_action
 from api.ffdl_v1.schemas import BasicModel, BasicNewModel, Model, ModelList, TrainingUpdate
 from api.idempotency import claim_of
@@ -31,10 +29,6 @@ from storage.object_store import ObjectNotFound
 
 router = APIRouter(prefix="/v1/models", tags=["v1"], include_in_schema=False)
 
-# FfDL's clients send the API version they speak as a date; every version gets this API.
-Version = Annotated[
-    str | None, Query(max_length=40, description="FfDL's API version date, e.g. 2017-02-13")
-]
 _FORM_FIELDS = ("manifest", "model_definition")
 
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import SessionDep, StateDep
-from api.ffdl_v1.access import ModelAccess
+from api.ffdl_v1.access import ModelAccess, Version
 from api.ffdl_v1.mapping import (
     DEFAULT_PAGE_SIZE,
     Record,
@@ -36,7 +36,6 @@ from storage.models import Job
 
 router = APIRouter(tags=["v1"], include_in_schema=False)
 
-Version = Annotated[str | None, Query(max_length=40, description="FfDL's API version date")]
 Follow = Annotated[bool, Query(description="stream new records as they come")]
 SinceTime = Annotated[
     str | None,
@@ -66,10 +65,8 @@ def _all_learners(job: Job) -> list[int]:
     return list(range(1, logs_service.most_learners(job) + 1))
 
 
-async def _followed_text(
-    state: ApiState, user_id: int, job_id: str, learners: list[int]
-) -> AsyncIterator[bytes]:
-    events = await logs_service.followed(state, user_id, job_id, learners, Position())
+async def _as_text(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A followed log's lines as text, without the events' framing."""
     async for chunk in events:
         lines = [str(data.get("line", "")) + "\n" for data in sse_records(chunk)]
         if lines:
@@ -98,8 +95,11 @@ async def get_logs(
     job, learners = access.job, _all_learners(access.job)
     if not query.follow:
         return StreamingResponse(logs_service.log_text(state, job.id, learners), media_type=_OCTETS)
-    text = _followed_text(state, access.principal.id, job.id, learners)
-    return StreamingResponse(text, media_type=_OCTETS, headers={"X-Accel-Buffering": "no"})
+    # the follow slot is taken before the answer starts: one too many is a 429, not a cut stream
+    events = await logs_service.followed(state, access.principal.id, job.id, learners, Position())
+    return StreamingResponse(
+        _as_text(events), media_type=_OCTETS, headers={"X-Accel-Buffering": "no"}
+    )
 
 
 async def _metric_points(state: ApiState, job: Job) -> AsyncIterator[dict[str, object]]:

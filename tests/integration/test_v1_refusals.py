@@ -234,3 +234,17 @@ async def test_a_big_model_definition_is_refused_naming_it(api: Harness) -> None
         manifest = await with_training_data(client, "big-data")
         big = make_zip({"weights.bin": bytes(range(256)) * 2048})
         _refusal(await post_model(client, manifest, big), 413, "model_definition")
+
+
+async def test_one_follow_too_many_is_a_429_before_the_stream(
+    tmp_path: Path, redis_url: str
+) -> None:
+    database = f"sqlite+aiosqlite:///{tmp_path / 'api.db'}"
+    async with running_api(
+        database, redis_url, tmp_path / "objects", max_follows_per_user=0
+    ) as api:
+        user = await api.add_user("follower")
+        async with user.client as client:
+            model_id = await new_model(client, "follow-data")
+            answer = await client.get(f"/v1/models/{model_id}/logs", params={"follow": "true"})
+            _refusal(answer, 429, "follow")
