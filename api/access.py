@@ -45,13 +45,18 @@ def rule_of(request: Request, *scopes: Scope) -> Rule:
     return rule
 
 
-async def authorize(request: Request, user: CurrentUser) -> Principal:
-    rule = rule_of(request, Scope.PLATFORM, Scope.CHOSEN_TEAM)
+def check_platform(rule: Rule, user: Principal) -> Principal:
+    """Let the caller through a PLATFORM or CHOSEN_TEAM rule (the chosen team is checked
+    by the submission), or refuse them."""
     if rule.scope is Scope.PLATFORM:
         level = caller_level(user.is_admin, None, rule.scope)
         if level is not None and decide(rule, level) is Decision.REFUSE:
             raise Forbidden(refusal(rule, level), field="Authorization")
     return user
+
+
+async def authorize(request: Request, user: CurrentUser) -> Principal:
+    return check_platform(rule_of(request, Scope.PLATFORM, Scope.CHOSEN_TEAM), user)
 
 
 Allowed = Annotated[Principal, Depends(authorize)]

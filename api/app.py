@@ -21,6 +21,7 @@ from api.archive import ArchiveLimits
 from api.body_limit import BodyLimit, BodyLimitMiddleware, LimitFor
 from api.dashboard.routes import install_dashboard
 from api.errors import DlaasError
+from api.ffdl_v1.errors import FfdlErrorMiddleware
 from api.idempotency import IdempotencyMiddleware
 from api.manifest import MAX_MANIFEST_BYTES
 from api.nudge import Nudger
@@ -40,6 +41,9 @@ from api.routes import (
     tokens,
     usage,
     users,
+    v1_events,
+    v1_models,
+    v1_training_data,
 )
 from api.state import ApiState
 from api.unavailable import unavailable_dependency
@@ -66,6 +70,10 @@ ROUTE_MODULES = (
     tokens,
     system,
     job_objects,
+    # FfDL's /v1, a translation over the services above (`api.ffdl_v1`)
+    v1_models,
+    v1_training_data,
+    v1_events,
 )
 
 JSON_BODY_LIMIT = BodyLimit(
@@ -200,15 +208,20 @@ def _body_limits(app: FastAPI, settings: Settings) -> LimitFor:
         "store the checkpoint or result as several files, or raise DLAAS_MAX_JOB_OBJECT_BYTES",
     )
 
+    def submission_limit(field: str) -> BodyLimit:
+        state: ApiState = app.state.dlaas
+        return BodyLimit(
+            state.archive_limits.max_bytes + MAX_MANIFEST_BYTES + SUBMIT_FORM_OVERHEAD,
+            field,
+            "leave data and checkpoints out of the model archive (upload data with "
+            "`dlaas data upload`)",
+        )
+
     def limit_for(method: str, path: str) -> BodyLimit:
         if method == "POST" and path == "/v2/jobs":
-            state: ApiState = app.state.dlaas
-            return BodyLimit(
-                state.archive_limits.max_bytes + MAX_MANIFEST_BYTES + SUBMIT_FORM_OVERHEAD,
-                "model",
-                "leave data and checkpoints out of the model archive (upload data with "
-                "`dlaas data upload`)",
-            )
+            return submission_limit("model")
+        if method == "POST" and path == "/v1/models":
+            return submission_limit("model_definition")
         if method == "PUT" and path.startswith("/v2/data/"):
             return data_limit
         if method == "PUT" and path.startswith("/v2/job-objects/"):
@@ -261,7 +274,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit_for=_body_limits(app, settings))
     app.add_middleware(NulGuardMiddleware)
-    app.add_middleware(RateLimitMiddleware)  # added last: runs first
+    app.add_middleware(RateLimitMiddleware)
+    # added last: runs first, so every refusal on /v1 is put in FfDL's shape
+    app.add_middleware(FfdlErrorMiddleware)
     for router in routers:
         app.include_router(router)
     install_dashboard(app)

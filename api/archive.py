@@ -1,8 +1,9 @@
 """Model-archive checks for job submission: the shared safety checks, as API errors.
 
-Every refusal is raised on field `model`: 413 `archive_too_large` for an archive over the byte
-limit, otherwise 422 with the refusal's code (`invalid_archive`, `too_many_files`,
-`unsafe_path`, `link_in_archive`, `duplicate_entry`, `encrypted_entry`, `zip_bomb`).
+Every refusal is raised on the archive's form field (`model` on /v2): 413
+`archive_too_large` for an archive over the byte limit, otherwise 422 with the refusal's
+code (`invalid_archive`, `too_many_files`, `unsafe_path`, `link_in_archive`,
+`duplicate_entry`, `encrypted_entry`, `zip_bomb`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from storage.archive_safety import (
 __all__ = ["ArchiveLimits", "ArchiveSummary", "check_model_archive"]
 
 
-def check_model_archive(source: Source, limits: ArchiveLimits) -> ArchiveSummary:
+def check_model_archive(
+    source: Source, limits: ArchiveLimits, field: str = "model"
+) -> ArchiveSummary:
     """Check a user's model zip (a path or a seekable binary file) before it is stored.
 
     A file object is left at the position it had, ready to be uploaded.
@@ -28,4 +31,4 @@ def check_model_archive(source: Source, limits: ArchiveLimits) -> ArchiveSummary
         return check_archive(source, limits)
     except ArchiveRefused as refusal:
         kind = TooLarge if refusal.code == "archive_too_large" else Invalid
-        raise kind(refusal.detail, code=refusal.code, field="model") from None
+        raise kind(refusal.detail, code=refusal.code, field=field) from None

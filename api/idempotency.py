@@ -73,6 +73,17 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+def _gateway_identity(scope: Scope) -> bytes | None:
+    """The user a trusted gateway names on /v1 (`api.ffdl_v1.access`) with its secret: the
+    credentials of a request without a token. A request that names a user without the
+    secret is refused (401) and its answer is not stored."""
+    userinfo = _header(scope, b"x-watson-userinfo")
+    secret = _header(scope, b"x-dlaas-gateway-token")
+    if userinfo is None or secret is None:
+        return None
+    return b"gateway\0" + userinfo + b"\0" + secret
+
+
 def _key_problem(raw: bytes) -> str | None:
     try:
         key = raw.decode("ascii")
@@ -117,7 +128,7 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         raw_key = _header(scope, b"idempotency-key")
-        credentials = _header(scope, b"authorization")
+        credentials = _header(scope, b"authorization") or _gateway_identity(scope)
         if raw_key is None or credentials is None:  # no key, or refused as unauthenticated
             await self.app(scope, receive, send)
             return

@@ -122,7 +122,8 @@ class _Connection(threading.Thread):
             latency = time.perf_counter() - began
             self.records.append((time.time() - spec.start_at, latency, status))
             if status == 201 and spec.collect_ids:
-                self.ids.append(str(json.loads(data)["id"]))
+                answer = json.loads(data)  # /v2's JobSubmitted, or /v1's BasicNewModel
+                self.ids.append(str(answer.get("id") or answer["model_id"]))
             elif status not in (0, 200, 201) and len(self.errors) < 5:
                 self.errors.append(f"{status}: {data[:300]!r}")
         if conn is not None:

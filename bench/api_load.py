@@ -7,10 +7,14 @@ API as a real server (`python -m api --workers 2`, no access log). Then:
    small manifest and a ~10 KB zip for a warm-up plus a fixed window; accepted (201) per second
    in the window, errors (anything else), and `lost`: accepted ids missing from the database.
 2. GET /v2/jobs/{id} one request at a time (p50/p99), then with 16 in flight (p99).
-3. baselines in the same run: submissions against a 1-worker server (run first), and
+3. v1 submissions: the same load through FfDL's `POST /v1/models` (`manifest` and
+   `model_definition`) on the same server, in 10 s phases alternating with /v2's (v1, v2,
+   v2, v1); quoted with its ratio to /v2's beside it (the translation is meant to cost next
+   to nothing: target 0.9 or more).
+4. baselines in the same run: submissions against a 1-worker server (run first), and
    GET /healthz with 16 in flight on the 2-worker server; quoted with their ratios.
 
-Run from the repository root: `python -m bench.api_load` (about 2 minutes). The last line is
+Run from the repository root: `python -m bench.api_load` (about 3 minutes). The last line is
 the FINAL line, one JSON object `{"bench": "api_load", ...}`. Figures are measured, never
 judged: each target is reported beside its figure.
 """
@@ -42,6 +46,7 @@ from bench._py_spy_profile import find_py_spy, hottest_functions, start_recordin
 TARGET_SUBMISSIONS_PER_S = 180.0
 TARGET_GET_P99_MS = 10.0
 TARGET_GET16_P99_MS = 75.0
+TARGET_V1_TO_V2_SUBMISSIONS = 0.9
 
 # Processes whose CPU use each phase reports (besides the API's and the clients' own).
 SERVICE_PROCESSES = ("postgres", "redis-server")
@@ -199,12 +204,14 @@ def drive(
     return phase, result
 
 
-def submit_spec(api: BenchApiServer, token: str, body_path: Path, content_type: str) -> LoadSpec:
+def submit_spec(
+    api: BenchApiServer, token: str, body_path: Path, content_type: str, path: str = "/v2/jobs"
+) -> LoadSpec:
     return LoadSpec(
         host="127.0.0.1",
         port=api.port,
         method="POST",
-        path="/v2/jobs",
+        path=path,
         token=token,
         body_path=str(body_path),
         content_type=content_type,
@@ -221,6 +228,22 @@ def new_user(api: BenchApiServer, admin_token: str) -> str:
     )
     response.raise_for_status()
     return str(response.json()["token"])
+
+
+def compare_v1(
+    api: BenchApiServer, v2_spec: LoadSpec, v1_spec: LoadSpec, load: Load
+) -> tuple[float, float, list[str]]:
+    """Submissions per second through /v1 and through /v2, each the mean of two phases run
+    in the order v1, v2, v2, v1, so that a load on the machine that grows or fades over
+    the four weighs on both alike; and the ids accepted."""
+    rates: dict[str, list[float]] = {"v1": [], "v2": []}
+    ids: list[str] = []
+    for which in ("v1", "v2", "v2", "v1"):
+        spec = v1_spec if which == "v1" else v2_spec
+        phase, result = drive(api, f"submit through /{which} (beside the other)", spec, load, 201)
+        rates[which].append(phase.rate_per_s)
+        ids.extend(result.ids)
+    return median(rates["v1"]), median(rates["v2"]), ids
 
 
 def sequential_gets(api: BenchApiServer, token: str, job_id: str, count: int) -> dict[str, Any]:
@@ -335,6 +358,15 @@ def main() -> None:
         )
         body_path = base / "submit.body"
         body_path.write_bytes(body)
+        # the same submission as FfDL's CLI sends it to /v1
+        v1_content_type, v1_body = multipart_body(
+            [
+                ("manifest", "manifest.yml", "application/octet-stream", MANIFEST),
+                ("model_definition", "model.zip", "application/octet-stream", archive),
+            ]
+        )
+        v1_body_path = base / "submit-v1.body"
+        v1_body_path.write_bytes(v1_body)
         accepted: list[str] = []
         figures: dict[str, Any] = {}
 
@@ -354,6 +386,9 @@ def main() -> None:
             submit, result = drive(api, "submit (2 workers)", spec, main_load, 201)
             accepted.extend(result.ids)
             job_id = result.ids[0]
+            v1_spec = submit_spec(api, token, v1_body_path, v1_content_type, "/v1/models")
+            v1_submit, v2_beside, v1_ids = compare_v1(api, spec, v1_spec, short_load)
+            accepted.extend(v1_ids)
             one_at_a_time = sequential_gets(api, token, job_id, args.gets)
             get_spec = LoadSpec("127.0.0.1", api.port, "GET", f"/v2/jobs/{job_id}", token)
             get16, _ = drive(api, "get with 16 in flight", get_spec, short_load, 200)
@@ -372,6 +407,10 @@ def main() -> None:
             "submit_p50_ms": submit.p50_ms,
             "submit_p99_ms": submit.p99_ms,
             "errors": submit.errors,
+            "v1_submissions_per_s": rounded(v1_submit, 1),
+            "v2_submissions_beside_v1_per_s": rounded(v2_beside, 1),
+            "ratio_v1_to_v2_submissions": rounded(v1_submit / v2_beside),
+            "target_ratio_v1_to_v2_submissions": TARGET_V1_TO_V2_SUBMISSIONS,
             "lost": lost,
             "accepted_total": len(accepted),
             "accepted_distinct": len(set(accepted)),

@@ -29,6 +29,13 @@ class Settings(BaseSettings):
 
     # When set, the API makes sure a user "admin" with this token exists (first start-up).
     admin_token: str | None = None
+    # FfDL's /v1 API: take the user FfDL's gateway names in `X-Watson-Userinfo` (its
+    # bluemix-instance-id, an existing dlaas user) instead of a bearer token. Only behind a
+    # trusted gateway that strips the header from clients and adds `X-Dlaas-Gateway-Token`
+    # with `v1_gateway_token`: learners reach the API directly, so a header without that
+    # secret is ignored (else a job's code could name any user).
+    v1_trusted_userinfo: bool = False
+    v1_gateway_token: str | None = None
     # The API's longest wait on the database server and on Redis (a connection, a statement,
     # a command); past it the request is answered 503 naming the one that did not answer.
     database_timeout_s: float = 30.0
@@ -142,6 +149,16 @@ class Settings(BaseSettings):
     max_data_upload_bytes: int = 5 * 1024**3
     # One object a learner stores through the object gateway (a checkpoint file, a result).
     max_job_object_bytes: int = 64 * 1024**3
+
+    @model_validator(mode="after")
+    def _gateway_token_with_trusted_userinfo(self) -> Settings:
+        if self.v1_trusted_userinfo and not self.v1_gateway_token:
+            raise ValueError(
+                "DLAAS_V1_TRUSTED_USERINFO=true needs DLAAS_V1_GATEWAY_TOKEN, the secret the "
+                "trusted gateway adds as X-Dlaas-Gateway-Token: without it anything that "
+                "reaches the API (a job's code included) could name any user"
+            )
+        return self
 
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:

@@ -9,17 +9,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BeforeValidator
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import UploadFile
 
 from api.access import Allowed, JobAccess
 from api.deps import JobId, SessionDep, StateDep
-from api.errors import DlaasError, Invalid
-from api.idempotency import Claim, claim_of
+from api.errors import Invalid
+from api.idempotency import claim_of
 from api.pagination import PageQuery
 from api.schemas import NAME, NAME_RULE, EventList, JobList, JobPublic, JobSubmitted
 from api.services import jobs as service
 from api.services import lists
 from api.services.lists import JobSearch
+from api.submission_form import Answer, answer_stored_with_job, check_framing, submitted_files
 from storage.job_states import JobState
 from storage.models import Job
 
@@ -90,7 +90,6 @@ CreatedAfter = Annotated[
     ),
 ]
 
-_MANIFEST_MAX = 64 * 1024
 _FORM_FIELDS = ("manifest", "model", "team")
 _REQUIRED_FIELDS = ("manifest", "model")
 _SUBMIT_BODY: dict[str, Any] = {
@@ -131,28 +130,6 @@ _SUBMIT_BODY: dict[str, Any] = {
 }
 
 
-async def _form_file(form: Any, name: str, what: str) -> UploadFile:
-    value = form.get(name)
-    if not isinstance(value, UploadFile):
-        raise Invalid(
-            f"the multipart form has no file field {name!r}: send {what} as {name}=@FILE",
-            code="missing_field",
-            field=name,
-        )
-    return value
-
-
-def _refuse_unknown_fields(form: Any) -> None:
-    for name in form:
-        if name not in _FORM_FIELDS:
-            raise Invalid(
-                f"the multipart form has a field {name!r} that a submission does not take: "
-                "send only manifest, model and team",
-                code="unknown_field",
-                field=name,
-            )
-
-
 def _team_field(form: Any) -> str | None:
     value = form.get("team")
     if value is None:
@@ -169,32 +146,15 @@ async def submit_job(
     """Submit a job: multipart with `manifest` (YAML) and `model` (zip of the training code).
     The body limit (the archive's and the manifest's, and the form's framing) is enforced by
     `api.body_limit` before the body is read."""
-    length = request.headers.get("content-length")
-    if length is None or not length.isdigit():
-        raise DlaasError(
-            "send the upload with a Content-Length header",
-            code="length_required",
-            field="Content-Length",
-            status=411,
-        )
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise Invalid(
-            "send multipart/form-data with the fields manifest and model",
-            code="not_multipart",
-            field="body",
-        )
+    check_framing(request, "manifest and model")
     async with request.form(max_files=4, max_fields=4) as form:
-        _refuse_unknown_fields(form)
-        manifest = await _form_file(form, "manifest", "the manifest YAML")
-        model = await _form_file(form, "model", "the model zip")
-        submission = service.Submission(
-            await manifest.read(_MANIFEST_MAX + 1), model.file, model.size or 0, _team_field(form)
-        )
+        manifest, model = await submitted_files(form, _FORM_FIELDS, "model")
+        submission = service.Submission(manifest, model.file, model.size or 0, _team_field(form))
         job, team = await service.submit_job(
             state,
             user,
             submission,
-            on_created=_answer_stored_with_job(claim_of(request.state), user.name),
+            on_created=answer_stored_with_job(claim_of(request.state), _answer(user.name)),
         )
     response.headers["Location"] = _location(job.id)
     return JobSubmitted.submitted(job, user.name, team)
@@ -204,18 +164,12 @@ def _location(job_id: str) -> str:
     return f"/v2/jobs/{job_id}"
 
 
-def _answer_stored_with_job(claim: Claim | None, owner: str) -> service.JobCreated | None:
-    """A submission's answer is stored with its job row: a retry after a crash at any point
-    finds either no job and no answer, or both."""
-    if claim is None:
-        return None
-
-    async def store(session: AsyncSession, job: Job, team: str) -> None:
+def _answer(owner: str) -> Answer:
+    def answer(job: Job, team: str) -> tuple[int, bytes, dict[str, str]]:
         body = JobSubmitted.submitted(job, owner, team).model_dump_json().encode()
-        headers = {"content-type": "application/json", "location": _location(job.id)}
-        await claim.store_answer(session, 201, body, headers)
+        return 201, body, {"content-type": "application/json", "location": _location(job.id)}
 
-    return store
+    return answer
 
 
 @router.get("", response_model=JobList)

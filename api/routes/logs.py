@@ -11,7 +11,6 @@ from fastapi.responses import StreamingResponse
 from api.access import JobAccess
 from api.deps import JobId, StateDep
 from api.errors import DlaasError, NotFound
-from api.follow_slots import holding, take_slot
 from api.pagination import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -24,17 +23,8 @@ from api.query_numbers import QueryDigits
 from api.schemas import MetricList
 from api.services import logs as logs_service
 from api.services.log_join import POSITION, Position, decode_position
-from storage.models import Job
 
 router = APIRouter(prefix="/v2/jobs", tags=["logs"])
-
-
-def _most_learners(job: Job) -> int:
-    """The most learners the job may have run with: an elastic job resized down keeps the
-    logs and metrics its other learners wrote."""
-    elastic = job.manifest.get("elastic") if isinstance(job.manifest, dict) else None
-    most = elastic.get("max_learners") if isinstance(elastic, dict) else None
-    return max(job.learners, int(most or 0))
 
 
 def _learners(count: int, learner: int | None) -> list[int]:
@@ -83,7 +73,7 @@ async def job_logs(
         description="with follow=true, resume after this event (the id of the last one seen)",
     ),
 ) -> StreamingResponse:
-    learners = _learners(_most_learners(access.job), learner)
+    learners = _learners(logs_service.most_learners(access.job), learner)
     try:
         position = decode_position(last_event_id) if last_event_id else Position()
     except ValueError as exc:
@@ -98,18 +88,9 @@ async def job_logs(
         return StreamingResponse(
             logs_service.log_text(state, job_id, learners), media_type="text/plain; charset=utf-8"
         )
-    slot = await take_slot(state.redis, access.principal.id, state.settings.max_follows_per_user)
-    if slot is None:
-        raise DlaasError(
-            f"you already follow {state.settings.max_follows_per_user} logs at once, the "
-            "most a user may: end one of them, or read this log without follow",
-            code="too_many_follows",
-            field="follow",
-            status=429,
-        )
-    events = logs_service.follow_events(state, job_id, learners, position, slot.keep_alive)
+    events = await logs_service.followed(state, access.principal.id, job_id, learners, position)
     return StreamingResponse(
-        holding(slot, events),
+        events,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -139,7 +120,7 @@ async def job_metrics(
     ] = None,
     cursor: Cursor = None,
 ) -> Response:
-    learners = _learners(_most_learners(access.job), learner)
+    learners = _learners(logs_service.most_learners(access.job), learner)
     if limit is not None or cursor is not None:
         start = metric_position(cursor) if cursor else MetricPosition(learners[0])
         points, after = await logs_service.metric_page(

@@ -38,9 +38,9 @@ def _store_archive(objects: ObjectStore, job_id: str, archive: BinaryIO) -> None
     objects.put_stream(model_key(job_id), archive)
 
 
-def _check_archive(archive: BinaryIO, state: ApiState) -> None:
+def _check_archive(archive: BinaryIO, state: ApiState, field: str) -> None:
     archive.seek(0)
-    check_model_archive(archive, state.archive_limits)
+    check_model_archive(archive, state.archive_limits, field)
 
 
 # Called with the new job and its team's name
@@ -53,6 +53,7 @@ class Submission:
     archive: BinaryIO
     archive_size: int
     team: str | None = None  # the team it names, if any (`api.services.team_choice`)
+    archive_field: str = "model"  # the form field the archive came in, as refusals name it
 
 
 async def submit_job(
@@ -80,9 +81,9 @@ async def submit_job(
     await _check_training_data(state.objects, user.id, normalized)
     # Small archives are checked and stored inline: a thread hop costs more than the work.
     if archive_size <= 256 * 1024:
-        _check_archive(archive, state)
+        _check_archive(archive, state, submission.archive_field)
     else:
-        await to_thread.run_sync(_check_archive, archive, state)
+        await to_thread.run_sync(_check_archive, archive, state, submission.archive_field)
     job_id = repo.new_job_id()
     await pending_archives.note(state.redis, job_id)
     if archive_size <= 256 * 1024:

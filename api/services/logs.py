@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from anyio import to_thread
 
+from api.errors import DlaasError
+from api.follow_slots import holding, take_slot
 from api.pagination import MetricPosition
 from api.services.log_join import (
     LineTimes,
@@ -33,6 +35,7 @@ from api.state import ApiState
 from storage import jobs as repo
 from storage import output_keys, streams
 from storage.job_states import STOPPED_STATES, JobState
+from storage.models import Job
 from storage.object_store import ObjectNotFound, ObjectStore
 
 _BLOCK_MS = 1000
@@ -197,6 +200,31 @@ async def follow_events(
             # Lines written before the final state are in the stream already: drain them.
             final_state = job_state or JobState.DELETED
             draining = True
+
+
+async def followed(
+    state: ApiState, user_id: int, job_id: str, learners: Sequence[int], position: Position
+) -> AsyncIterator[bytes]:
+    """`follow_events` holding one of the user's follow slots (`api.follow_slots`) while it
+    streams; refused (429) when they hold as many as they may."""
+    slot = await take_slot(state.redis, user_id, state.settings.max_follows_per_user)
+    if slot is None:
+        raise DlaasError(
+            f"you already follow {state.settings.max_follows_per_user} logs at once, the "
+            "most a user may: end one of them, or read this log without follow",
+            code="too_many_follows",
+            field="follow",
+            status=429,
+        )
+    return holding(slot, follow_events(state, job_id, learners, position, slot.keep_alive))
+
+
+def most_learners(job: Job) -> int:
+    """The most learners the job may have run with: an elastic job resized down keeps the
+    logs and metrics its other learners wrote."""
+    elastic = job.manifest.get("elastic") if isinstance(job.manifest, dict) else None
+    most = elastic.get("max_learners") if isinstance(elastic, dict) else None
+    return max(job.learners, int(most or 0))
 
 
 async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> AsyncIterator[bytes]:
