@@ -136,12 +136,11 @@ async def _owner(session: SessionDep, job: Job) -> str:
 
 async def _log_records(state: ApiState, job: Job) -> AsyncIterator[Record]:
     number = 0
-    async for chunk in logs_service.log_line_events(state, job.id, _all_learners(job)):
-        for data in sse_records(chunk):
+    async for lines in logs_service.lines_in_time_order(state, job.id, _all_learners(job)):
+        for line in lines:
             number += 1
-            time = data.get("time")
-            ms = int(time * 1000) if isinstance(time, int | float) else None
-            yield Record(number, ms, data.get("line", ""))
+            ms = None if line.time is None else int(line.time * 1000)
+            yield Record(number, ms, line.text)
 
 
 async def _metric_records(state: ApiState, job: Job) -> AsyncIterator[Record]:

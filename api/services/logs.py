@@ -241,7 +241,7 @@ async def log_text(state: ApiState, job_id: str, learners: Sequence[int]) -> Asy
             text = gap_notice(taken.gap, live=False) + "\n" if taken.gap else ""
             yield (text + "".join(line + "\n" for line in taken.items)).encode()
         return
-    async for merged in _in_time_order(state, job_id, learners):
+    async for merged in lines_in_time_order(state, job_id, learners):
         yield "".join(line.text + "\n" for line in merged).encode()
 
 
@@ -252,7 +252,7 @@ async def log_line_events(
     each line is: `{"learner", "line", "time"}` (the time the live stream knows for it, else
     null), and `"gap"` on a notice of lines missing. No `end` event: the log so far."""
     dumps = orjson.dumps
-    async for lines in _in_time_order(state, job_id, learners):
+    async for lines in lines_in_time_order(state, job_id, learners):
         events = []
         for line in lines:
             data: dict[str, Any] = {"learner": line.learner, "line": line.text, "time": line.time}
@@ -263,7 +263,10 @@ async def log_line_events(
 
 
 @dataclass(frozen=True)
-class _Line:
+class MergedLine:
+    """One line of a job's log, whose it is, when it was sent (None: unknown) and the key it
+    is merged by; `gap` on a notice of that many lines missing."""
+
     key: tuple[float, int]
     learner: int
     time: float | None
@@ -288,7 +291,7 @@ async def _line_times(state: ApiState, job_id: str) -> dict[int, LineTimes]:
 
 async def _learner_lines(
     state: ApiState, job_id: str, learner: int, times: LineTimes
-) -> AsyncIterator[list[_Line]]:
+) -> AsyncIterator[list[MergedLine]]:
     """One learner's stored log, then the live lines beyond it, each with its time (when the
     stream knows it) and its sort key."""
     order = OrderKey(learner)
@@ -308,18 +311,18 @@ async def _learner_lines(
         yield out
 
 
-def _line(order: OrderKey, time: float | None, text: str, gap: int = 0) -> _Line:
-    return _Line(order.of(time), order.learner, time, text, gap)
+def _line(order: OrderKey, time: float | None, text: str, gap: int = 0) -> MergedLine:
+    return MergedLine(order.of(time), order.learner, time, text, gap)
 
 
-async def _in_time_order(
+async def lines_in_time_order(
     state: ApiState, job_id: str, learners: Sequence[int]
-) -> AsyncIterator[list[_Line]]:
+) -> AsyncIterator[list[MergedLine]]:
     """The learners' lines merged by sort key: each learner's read a piece at a time, never
     the whole log."""
     times = await _line_times(state, job_id)
     sources = {n: _learner_lines(state, job_id, n, times.get(n, LineTimes())) for n in learners}
-    heads: dict[int, deque[_Line]] = {}
+    heads: dict[int, deque[MergedLine]] = {}
 
     async def refill(learner: int) -> None:
         while not heads.get(learner):
