@@ -138,8 +138,10 @@ _ACTIONS: tuple[Action, ...] = ("halt", "resume")
 
 def patch_action(status: object) -> Action:
     """What a TrainingUpdate's `status` asks for."""
-    if isinstance(status, str) and status.strip().lower() in _ACTIONS:
-        return "halt" if status.strip().lower() == "halt" else "resume"
+    asked = status.strip().lower() if isinstance(status, str) else None
+    for action in _ACTIONS:
+        if asked == action:
+            return action
     raise Invalid(
         f"status {status!r} is not an action dlaas takes on a model: send "
         '{"status": "halt"} to stop the training (it can be resumed), or '
