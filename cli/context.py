@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import typer
 from cli.client import DlaasClient
 from cli.config import resolve_config
 from cli.errors import CliError, describe_error
-from cli.output import error_line, whole_cells
+from cli.output import error_line, stdout_closed, whole_cells
 
 
 class Output(StrEnum):
@@ -151,6 +152,11 @@ def dlaas_command(func: Callable[..., None]) -> Callable[..., None]:
 def run_reporting_errors(inv: Invocation, body: Callable[[], None]) -> None:
     try:
         body()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe: end quietly, as standard tools do (128 + SIGPIPE).
+        stdout_closed()
+        raise typer.Exit(141) from None
     except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except KeyboardInterrupt:

@@ -83,6 +83,14 @@ def print_plain(line: str) -> None:
     sys.stdout.flush()
 
 
+def stdout_closed() -> None:
+    """After the reader of stdout went away (`dlaas logs JOB | head`): point stdout at
+    /dev/null, so nothing written later, the interpreter's last flush included, fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def error_line(message: str) -> None:
     stderr_console().print(Text(f"error: {message}", style="bold red"))
 

@@ -12,7 +12,7 @@ from cli import embedded
 from cli.config import dlaas_home
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError
-from cli.output import note, print_json, stdout_console
+from cli.output import note, print_json, stdout_closed, stdout_console
 from cli.ui import sign_in_link
 
 DetachOption = Annotated[
@@ -56,16 +56,11 @@ def up(
         "dashboard": sign_in_link(platform.url, embedded.read_token(home)),
         "jobs": embedded.job_isolation(platform),
     }
-    if inv.json:
-        print_json(summary)
-    else:
-        console = stdout_console()
-        console.print(f"[bold green]dlaas is up[/] at {platform.url}")
-        console.print(f"  dashboard:     {summary['dashboard']} (or: dlaas ui)")
-        console.print(f"  token and URL: {summary['client_config']} (the CLI reads it)")
-        console.print(f"  jobs:          {summary['jobs']}")
-        console.print(f"  service logs:  {summary['logs']}")
-        console.print("  stop it with:  dlaas down")
+    try:
+        _print_summary(inv, platform.url, summary)
+    except BrokenPipeError:
+        # Whoever reads the summary went away (`dlaas up -d | head -2`): the platform runs on.
+        stdout_closed()
     if detach:
         return
     note("running in the foreground; Ctrl-C stops the platform")
@@ -86,6 +81,20 @@ def up(
         note(f"service(s) {', '.join(dead)} stopped; see {home / 'logs'}; stopping the rest")
     embedded.stop(home, on_step=note)
     note("dlaas is down")
+
+
+def _print_summary(inv: Invocation, url: str, summary: dict[str, object]) -> None:
+    if inv.json:
+        print_json(summary)
+        return
+    console = stdout_console()
+    console.print(f"[bold green]dlaas is up[/] at {url}")
+    console.print(f"  dashboard:     {summary['dashboard']} (or: dlaas ui)")
+    console.print(f"  token and URL: {summary['client_config']} (the CLI reads it)")
+    console.print(f"  jobs:          {summary['jobs']}")
+    console.print(f"  service logs:  {summary['logs']}")
+    console.print("  stop it with:  dlaas down")
+    console.file.flush()
 
 
 @dlaas_command
