@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -83,7 +84,7 @@ def up(
     note("dlaas is down")
 
 
-def _print_summary(inv: Invocation, url: str, summary: dict[str, object]) -> None:
+def _print_summary(inv: Invocation, url: str, summary: Mapping[str, object]) -> None:
     if inv.json:
         print_json(summary)
         return
