@@ -20,7 +20,9 @@ from sqlalchemy import (
     Text,
     text,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 from storage.job_states import Desired, LearnerState
 
@@ -29,8 +31,30 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class UtcDateTime(TypeDecorator[datetime]):
+    """A moment stored in UTC and always read back with its offset. PostgreSQL keeps the
+    offset itself; SQLite keeps none and hands back naive values, which would reach the API
+    as times without an offset (not RFC 3339)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return _in_utc(value)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return _in_utc(value)
+
+
+def _in_utc(value: datetime | None) -> datetime | None:
+    """`value` in UTC; a naive one is taken to be UTC already (how SQLite keeps them)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}  # noqa: RUF012
+    type_annotation_map = {dict[str, Any]: JSON, datetime: UtcDateTime()}  # noqa: RUF012
 
 
 class User(Base):

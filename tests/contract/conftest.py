@@ -35,19 +35,30 @@ class ContractApi:
     admin_token: str
 
 
-@pytest.fixture(scope="module")
+# The contract holds on every database: SQLite (the embedded default) keeps no offsets and
+# hands back what PostgreSQL would not.
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
 def contract_api(
-    postgres_server: PostgresServer, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    postgres_server: PostgresServer,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ContractApi]:
     workdir = tmp_path_factory.mktemp("contract-api")
-    database = postgres_server.create_database("dlaas_contract")
+    on_postgres = request.param == "postgresql"
+    database = postgres_server.create_database("dlaas_contract") if on_postgres else ""
+    database_url = (
+        postgres_server.url(database)
+        if on_postgres
+        else f"sqlite+aiosqlite:///{workdir / 'contract.db'}"
+    )
     token = secrets.token_urlsafe(24)
     url = f"http://127.0.0.1:{services.free_port()}"
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),  # this checkout's code, whatever the venv installed
         "DLAAS_HOME": str(workdir / "home"),
-        "DLAAS_DATABASE_URL": postgres_server.url(database),
+        "DLAAS_DATABASE_URL": database_url,
         "DLAAS_REDIS_URL": redis_url,
         "DLAAS_OBJECT_STORE": "local",
         "DLAAS_OBJECTS_DIR": str(workdir / "objects"),
@@ -75,7 +86,8 @@ def contract_api(
         yield ContractApi(url, token)
     finally:
         server.stop()
-        postgres_server.drop_database(database)
+        if on_postgres:
+            postgres_server.drop_database(database)
 
 
 @pytest.fixture(scope="module")
