@@ -3,7 +3,8 @@
 Every refusal is raised on the archive's form field (`model` on /v2): 413
 `archive_too_large` for an archive over the byte limit, otherwise 422 with the refusal's
 code (`invalid_archive`, `too_many_files`, `unsafe_path`, `link_in_archive`,
-`duplicate_entry`, `encrypted_entry`, `zip_bomb`).
+`duplicate_entry`, `encrypted_entry`, `zip_bomb`, and `empty_archive` for one that holds
+no file: the job's command would find nothing to run).
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ def check_model_archive(
     A file object is left at the position it had, ready to be uploaded.
     """
     try:
-        return check_archive(source, limits)
+        summary = check_archive(source, limits)
     except ArchiveRefused as refusal:
         kind = TooLarge if refusal.code == "archive_too_large" else Invalid
         raise kind(refusal.detail, code=refusal.code, field=field) from None
+    if summary.files == 0:
+        raise Invalid(
+            "the model archive holds no file: zip the folder with your training code (the "
+            "manifest's command runs in it), e.g. `dlaas train manifest.yml MODEL_DIR`",
+            code="empty_archive",
+            field=field,
+        )
+    return summary

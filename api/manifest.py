@@ -39,6 +39,7 @@ from storage.job_plan import elastic_batch
 from storage.memory_sizes import parse_memory
 from storage.memory_sizes import shown as _show
 from storage.metric_regexes import metric_regexes as stored_metric_regexes
+from storage.training_data import CONTAINER_NAME, CONTAINER_RULE
 
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_LEARNERS = 64
@@ -164,8 +165,18 @@ class _Strict(BaseModel):
 # --- FfDL blocks --------------------------------------------------------------------------
 
 
+def _container_name(name: str) -> str:
+    if not CONTAINER_NAME.fullmatch(name):
+        raise PydanticCustomError(
+            "container",
+            "'{name}' is not a data container's name: use {rule}",
+            {"name": name[:80], "rule": CONTAINER_RULE},
+        )
+    return name
+
+
 class StorageContainer(_Lenient):
-    container: Annotated[Text, Field(min_length=1, max_length=255)]
+    container: Annotated[Text, AfterValidator(_container_name)]
 
 
 class DataStore(_Lenient):

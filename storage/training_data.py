@@ -8,8 +8,13 @@ copy of that container's objects in its `DATA_DIR`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+# A data container's name: what `dlaas data upload` takes and what a manifest may name.
+CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+CONTAINER_RULE = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 def data_prefix(owner_id: int, container: str) -> str:

@@ -16,12 +16,11 @@ from api.pagination import PageQuery
 from api.schemas import FileInfo, FileList
 from api.services import lists, quota
 from storage.object_store import ObjectNotFound, ObjectStore
-from storage.training_data import data_prefix
+from storage.training_data import CONTAINER_NAME, CONTAINER_RULE, data_prefix
 from storage.usage import add_data_bytes
 
 router = APIRouter(prefix="/v2/data", tags=["data"])
 
-_CONTAINER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # Segments of 1-255 of these characters, none of them "." or ".."
 _SEGMENT = r"(?!\.\.?(?:/|$))[A-Za-z0-9._ +@=-]{1,255}"
 _DATA_PATH = re.compile(rf"^{_SEGMENT}(?:/{_SEGMENT})*$")
@@ -31,8 +30,8 @@ _DATA_PATH = re.compile(rf"^{_SEGMENT}(?:/{_SEGMENT})*$")
 ContainerName = Annotated[
     str,
     Path(
-        json_schema_extra={"pattern": _CONTAINER.pattern},
-        description="1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        json_schema_extra={"pattern": CONTAINER_NAME.pattern},
+        description=CONTAINER_RULE,
     ),
 ]
 DataPath = Annotated[
@@ -46,10 +45,9 @@ DataPath = Annotated[
 
 
 def _check_container(container: str) -> None:
-    if not _CONTAINER.fullmatch(container):
+    if not CONTAINER_NAME.fullmatch(container):
         raise Invalid(
-            f"container {container!r} is not a valid name: use 1-63 letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit",
+            f"container {container!r} is not a valid name: use {CONTAINER_RULE}",
             code="invalid_container",
             field="container",
         )

@@ -140,6 +140,23 @@ def _bomb_zip() -> bytes:
         (MANIFEST, _symlink_zip(), 422, "model", "link_in_archive"),
         (MANIFEST, _bomb_zip(), 422, "model", "zip_bomb"),
         (MANIFEST, b"this is not a zip", 422, "model", "invalid_archive"),
+        (MANIFEST, make_zip({}), 422, "model", "empty_archive"),
+        (
+            MANIFEST + b"data_stores:\n  - id: s\n    training_data: {container: ../../etc}\n",
+            MODEL_ZIP,
+            422,
+            "data_stores[0].training_data.container",
+            "invalid_manifest",
+        ),
+        (
+            MANIFEST
+            + b"data_stores:\n  - id: s\n    training_data: {container: d}\n"
+            + b"    training_results: {container: ../../x}\n",
+            MODEL_ZIP,
+            422,
+            "data_stores[0].training_results.container",
+            "invalid_manifest",
+        ),
     ],
 )
 async def test_bad_input_is_refused_naming_the_field(
