@@ -126,6 +126,8 @@ class _Measurer:
         return result
 
     def _measure_collection(self, node: Node, depth: int, where: _Where) -> _Measure:
+        if isinstance(node, MappingNode):
+            _refuse_duplicate_keys(node, where)
         values, height = 1, 0
         for child, child_where in _children(node, where):
             measured = self.measure(child, depth + 1, child_where)
@@ -148,6 +150,22 @@ class _Measurer:
                 f"{self.limits.max_number_chars}; write a smaller number, or quote it if it "
                 "is text",
             )
+
+
+def _refuse_duplicate_keys(node: MappingNode, where: _Where) -> None:
+    """A key written twice in one mapping: YAML keeps the last one silently, so the first
+    (say, a `gpus: 4` above a `gpus: 0`) would be lost without a word."""
+    seen: set[str] = set()
+    for key, _item in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        if key.value in seen:
+            raise ValueRefused(
+                _render((where, key.value)),
+                "is given twice in the same mapping (line "
+                f"{key.start_mark.line + 1}); keep one of them",
+            )
+        seen.add(key.value)
 
 
 def _too_many(limits: YamlLimits) -> str:

@@ -74,3 +74,18 @@ def test_depth_is_counted_through_aliases() -> None:
     with pytest.raises(DocumentRefused, match="nests deeper than 10 levels"):
         load_bounded_yaml(text, ROOMY)
     assert load_bounded_yaml("a: &a [[[1]]]\nb: [[[[[*a]]]]]\n", ROOMY) is not None
+
+
+def test_a_key_given_twice_is_refused_where_it_is() -> None:
+    with pytest.raises(ValueRefused) as refused:
+        load_bounded_yaml("name: a\nframework:\n  gpus: 4\n  gpus: 0\n", ROOMY)
+    assert refused.value.path == "framework.gpus"
+    assert "twice" in refused.value.problem and "line 4" in refused.value.problem
+
+
+def test_a_merge_key_may_be_overridden() -> None:
+    text = "base: &b {gpus: 1, cpus: 2}\njob:\n  <<: *b\n  gpus: 4\n"
+    assert load_bounded_yaml(text, ROOMY) == {
+        "base": {"gpus": 1, "cpus": 2},
+        "job": {"gpus": 4, "cpus": 2},
+    }
