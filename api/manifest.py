@@ -750,20 +750,43 @@ def manifest_fields() -> frozenset[str]:
     return FFDL_FIELDS | dlaas
 
 
-def unknown_field_warnings(manifest: Mapping[str, Any]) -> list[str]:
-    """A warning for each top-level key neither FfDL nor dlaas reads, naming the field it
-    most likely meant. The job runs all the same: FfDL's manifests pass as they are."""
+def _unknown_fields(manifest: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """Each top-level key neither FfDL nor dlaas reads, with the field it most likely meant."""
     known = sorted(manifest_fields())
-    warnings = []
+    found = []
     for key in manifest:
         if key in known:
             continue
         name = str(key)
         close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {close[0]}?" if close else "it is kept, but nothing reads it"
-        shown = name if name.isprintable() and len(name) <= 80 else _show(name, 80)
-        warnings.append(f"{shown} is not a manifest field: {hint}")
-    return warnings
+        found.append((name, close[0] if close else None))
+    return found
+
+
+def _shown_key(name: str) -> str:
+    return name if name.isprintable() and len(name) <= 80 else _show(name, 80)
+
+
+def unknown_field_warnings(manifest: Mapping[str, Any]) -> list[str]:
+    """A warning for each top-level key neither FfDL nor dlaas reads and that is no near
+    miss of a field (those are refused): it is kept, and FfDL's manifests pass as they are."""
+    return [
+        f"{_shown_key(name)} is not a manifest field: it is kept, but nothing reads it"
+        for name, meant in _unknown_fields(manifest)
+        if meant is None
+    ]
+
+
+def _refuse_near_misses(manifest: Mapping[str, Any]) -> None:
+    """A top-level key one typo away from a field (`gpu: 4`, `cpuz: 0.5`) would run the job
+    with that field's default; FfDL's manifests have none such."""
+    for name, meant in _unknown_fields(manifest):
+        if meant is not None:
+            raise _refuse(
+                f"invalid manifest: {_shown_key(name)} is not a manifest field: did you mean "
+                f"{meant}?",
+                _shown_key(name),
+            )
 
 
 def parse_manifest(text: bytes | str) -> Manifest:
@@ -807,6 +830,7 @@ def parse_manifest(text: bytes | str) -> Manifest:
             f"{_yaml_kind(data)}; start each top-level field at column 1 as `key: value`"
         )
     _check_values(data)
+    _refuse_near_misses(data)
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
