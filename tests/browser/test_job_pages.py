@@ -196,6 +196,23 @@ def test_a_manifest_and_a_model_archive_dropped_on_the_page_are_submitted(
     expect(page.locator("pre.log")).to_contain_text("steady: done")
 
 
+def test_a_warning_the_api_gives_of_a_submitted_manifest_is_shown(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/new")
+    manifest = steady_manifest(tmp_path, "warned", steps=1, step_s=0.01)
+    manifest.write_text(manifest.read_text() + "remarks: kept but unread\n")
+    archive = zip_directory(STEADY_JOB, tmp_path)
+    page.locator("#manifest").set_input_files(str(manifest))
+    page.locator("#model-zip").set_input_files(str(archive))
+    page.get_by_role("button", name="Submit job").click()
+    warning = page.locator("[data-warnings]")
+    expect(warning).to_contain_text("remarks is not a manifest field", timeout=60_000)
+    warning.get_by_role("link", name="Open the job").click()
+    expect(page.locator("h1")).to_have_text("warned")
+
+
 @pytest.mark.parametrize("path", ["/ui/", "/ui/jobs/new", "/ui/compare", "/ui/cluster"])
 def test_every_page_is_usable_by_keyboard_with_every_control_labelled(
     page: Page, platform: Platform, path: str

@@ -176,7 +176,16 @@ export async function render() {
       body.append("model", archive, modelZip ? modelZip.name : "model.zip");
       progress.hidden = false;
       const job = await upload(body, (share) => { progress.value = share; });
-      location.assign(`/ui/jobs/${encodeURIComponent(job.id)}`);
+      const jobPage = `/ui/jobs/${encodeURIComponent(job.id)}`;
+      const warnings = job.warnings || [];
+      if (!warnings.length) return location.assign(jobPage);
+      // accepted, but the API has something to say of the manifest: say it before leaving
+      progress.hidden = true;
+      status.replaceChildren(
+        h("div", { role: "status", class: "alert", dataset: { warnings: "" } },
+          h("p", {}, `Submitted ${job.id}, with ${warnings.length === 1 ? "a warning" : "warnings"}:`),
+          h("ul", {}, ...warnings.map((warning) => h("li", {}, warning))),
+          h("a", { href: jobPage }, "Open the job")));
     } catch (error) {
       progress.hidden = true;
       showRefusal(error instanceof ApiError ? error : { detail: error.message });
