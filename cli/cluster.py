@@ -20,11 +20,32 @@ def cluster(inv: Invocation) -> None:
         print_json(info)
         return
     console = stdout_console()
+    published = info.get("published")
+    where = (
+        "nodes as the lifecycle manager last reported them"
+        if published
+        else "not reported by the lifecycle manager yet: this machine as its settings say"
+        if published is not None
+        else ""
+    )
+    console.print(
+        Text.assemble(
+            ("backend: ", "bold"), str(info.get("backend", "?")), f" ({where})" * bool(where)
+        )
+    )
+    if isinstance(info.get("nodes"), list):
+        _print_nodes(info["nodes"])
+    if "active_learners" in info:
+        count = info["active_learners"]
+        console.print(f"{count} learner{'' if count == 1 else 's'} holding room on the nodes")
+    if info.get("gpus_by_product"):
+        pairs = ", ".join(f"{n} {product}" for product, n in info["gpus_by_product"].items())
+        console.print(Text.assemble(("GPUs: ", "bold"), pairs))
+    # the rest (`used`, what all the nodes' learners hold; anything a newer server adds)
     for key, value in info.items():
-        if key == "nodes" and isinstance(value, list):
-            console.print(Text(f"{key}:", style="bold"))
-            _print_nodes(value)
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if key in _SHOWN:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             console.print(Text(f"{key}:", style="bold"))
             _print_rows(value)
         elif isinstance(value, dict):
@@ -33,6 +54,10 @@ def cluster(inv: Invocation) -> None:
         else:
             label, shown = _field(key, value)
             console.print(Text.assemble((f"{label}: ", "bold"), shown))
+
+
+# Keys shown above in words.
+_SHOWN = frozenset({"backend", "published", "nodes", "active_learners", "gpus_by_product"})
 
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:

@@ -160,7 +160,12 @@ def test_cluster_text_and_json(stub: StubServer) -> None:
     body = json.loads(invoke(stub, "cluster", "-o", "json").stdout)
     assert body["backend"] == "local"
     text = invoke(stub, "cluster").stdout
-    assert "backend: local" in text and "node-a" in text and "active_learners: 1" in text
+    assert (
+        "backend: local" in text
+        and "node-a" in text
+        and "1 learner holding room" in text
+        and "published" not in text
+    )
     assert "1.0 GiB" in text and "MEMORY" in text and "1073741824" not in text, text
 
 
