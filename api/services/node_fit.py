@@ -16,19 +16,16 @@ from api.errors import Invalid
 from api.manifest import Manifest
 from api.state import ApiState
 from storage.cluster_nodes import NodeCapacity, anodes
+from storage.counted import counted
 
 LOCAL_GPUS_HINT = "; the local node's GPUs are set on the lifecycle manager with DLAAS_LOCAL_GPUS"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _gpus(node: NodeCapacity) -> str:
     kind = [node.gpu_product, "pretend" if node.pretend_gpus else None]
     named = [part for part in dict.fromkeys(kind) if part]
     named_text = f" ({', '.join(named)})" if named and node.gpus else ""
-    return f"{_plural(node.gpus, 'GPU')}{named_text}"
+    return f"{counted(node.gpus, 'GPU')}{named_text}"
 
 
 def _cpus(millicpus: int) -> str:
@@ -61,10 +58,10 @@ def refusal(
     if not with_gpus:
         top = max(nodes, key=lambda node: node.gpus)
         return "gpus", (
-            f"{_plural(gpus, 'GPU')} per learner is more than any node has: the largest node "
+            f"{counted(gpus, 'GPU')} per learner is more than any node has: the largest node "
             f"has {_gpus(top)}; ask for at most {top.gpus} per learner"
         )
-    having = [_plural(gpus, "GPU")] if gpus else []
+    having = [counted(gpus, "GPU")] if gpus else []
     with_cpus = [node for node in with_gpus if node.millicpus >= millicpus]
     if not with_cpus:
         most = _cpus(max(node.millicpus for node in with_gpus))
