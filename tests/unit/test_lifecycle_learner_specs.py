@@ -161,8 +161,9 @@ def test_an_elastic_job_learns_its_global_batch_and_each_learner_its_share(
         job_id="j", owner_id=1, attempt=2, num_learners=3, manifest=manifest,
         settings=settings(tmp_path),
     )  # fmt: skip
-    assert {s.env["DLAAS_GLOBAL_BATCH_SIZE"] for s in specs} == {"100"}
-    assert [s.env["DLAAS_BATCH_SIZE"] for s in specs] == ["34", "33", "33"]
+    # the largest batch of 8..100 that splits whole among 3
+    assert {s.env["DLAAS_GLOBAL_BATCH_SIZE"] for s in specs} == {"99"}
+    assert [s.env["DLAAS_BATCH_SIZE"] for s in specs] == ["33", "33", "33"]
     assert all(s.env["NUM_LEARNERS"] == "3" for s in specs)
     (plain,) = learner_specs(
         job_id="j", owner_id=1, attempt=1, num_learners=1,
