@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -439,7 +440,8 @@ def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return []
     jobs = sorted({str(r["job"]) for r in learners if r.get("phase") in ("Pending", "Running")})
-    for job in jobs:
+
+    def stop_job(job: str) -> None:
         with contextlib.suppress(httpx.HTTPError):
             httpx.delete(
                 f"{agent_url}/jobs/{job}",
@@ -447,6 +449,10 @@ def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
                 headers=headers,
                 timeout=wait_s + 10.0,
             )
+
+    # every job's learners checkpoint at once: the wait is one grace period, not one a job
+    with ThreadPoolExecutor(max_workers=min(len(jobs), 16) or 1) as pool:
+        list(pool.map(stop_job, jobs))
     return jobs
 
 
@@ -460,29 +466,36 @@ def _terminate(pid: int, grace_s: float) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-_STOP_ORDER = ["api", "worker", "monitor", "agent", "redis"]
+_STOP_ORDER = ["worker", "api", "monitor", "agent", "redis"]
 
 
 def stop(
     home: Path, *, grace_s: float = 10.0, on_step: Callable[[str], None] = lambda _: None
 ) -> list[str]:
-    """Stop what `start` recorded: the API and worker, the learners, then the rest.
+    """Stop what `start` recorded: the worker, the learners, then the rest.
 
-    The API and the worker go first so no learner is started any more; the learners then
-    get SIGTERM through their agent (they commit and upload what they have) while the
-    monitor still runs to record that their jobs were interrupted (they resume at the next
-    `dlaas up`), and Redis to take their last log lines; the monitor, agent and Redis go last.
+    The worker goes first so that no learner is started any more; the learners then get
+    SIGTERM through their agent and are waited for while everything they need still runs:
+    the API, whose object gateway takes their stop checkpoints, the monitor, which records
+    that their jobs were interrupted (they resume from those checkpoints at the next
+    `dlaas up`), and Redis, which takes their last log lines. The API, monitor, agent and
+    Redis go last.
     """
     platform = Platform.load(home)
     if platform is None:
         return []
     alive = platform.alive()
     order = sorted(alive, key=_STOP_ORDER.index)
+    learners_stopped = "agent" not in alive
     for name in order:
-        if name == "monitor" or (name == "agent" and "monitor" not in alive):
-            stopped = stop_learners(platform) if "agent" in alive else []
+        if not learners_stopped and name != "worker":
+            learners_stopped = True
+            stopped = stop_learners(platform)
             if stopped:
-                on_step(f"stopped the learners of {', '.join(stopped)}")
+                on_step(
+                    f"stopped the learners of {', '.join(stopped)} (their checkpoints "
+                    "taken; they resume at the next dlaas up)"
+                )
         _terminate(alive[name], grace_s)
     platform.record_path.unlink(missing_ok=True)
     platform.agent_token_path.unlink(missing_ok=True)

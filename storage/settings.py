@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     agent_program_uid_base: int = Field(default=900_000, ge=1000)
     agent_program_uids: int = Field(default=10_000, ge=1)
     agent_work_dir: Path | None = None
+    # Stop every learner (SIGTERM, their checkpoints taken, SIGKILL after the agent's grace)
+    # when the agent itself is stopped: where the agent's end is the node's, as in a compose
+    # container, whose stop would otherwise kill the learners with no checkpoint.
+    agent_stop_learners_on_exit: bool = False
     # The `local` backend's one node, as the lifecycle manager reports it: its GPUs (pretend
     # ones: learners that ask for GPUs run on CPU, told so), their product name, its CPUs
     # and memory ("16GiB", "512Mi", bytes); by default what this machine has.
