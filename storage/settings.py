@@ -113,6 +113,8 @@ class Settings(BaseSettings):
     kube_namespace: str = "default"
     kube_learner_image: str = "dlaas-learner:0.1.0"
     kube_learner_gpu_image: str | None = None  # for learners with GPUs; default: the above
+    # The learner image's interpreter, absolute: learner pods run dlaas's Python with it.
+    kube_learner_python: str = "/usr/local/bin/python"
     kube_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     kube_node_selector: dict[str, str] = Field(default_factory=dict)  # JSON in the env
     kube_tolerations: list[dict[str, Any]] = Field(default_factory=list)  # JSON in the env
