@@ -99,7 +99,9 @@ def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
         assert platform_setting not in env
     assert "s3cret" not in env.values() and "s3key" not in env.values()
     assert env["PYTHONUNBUFFERED"] == "1"
-    assert env["LR"] == "0.1"
+    # The user's environment is the program's, kept apart from the platform's.
+    assert "LR" not in env
+    assert spec.program_env == {"LR": "0.1"}
 
 
 def test_a_bare_manifest_takes_the_defaults(tmp_path: Path) -> None:
@@ -132,6 +134,20 @@ def test_user_environment_cannot_override_what_dlaas_sets(tmp_path: Path) -> Non
         settings=settings(tmp_path),
     )  # fmt: skip
     assert spec.env["RANK"] == "0"
+    assert spec.program_env == {"DLAAS_X": "1"}
+
+
+def test_the_users_path_and_preloads_stay_out_of_the_platforms_environment(
+    tmp_path: Path,
+) -> None:
+    user = {"PATH": "/tmp/planted", "PYTHONPATH": "/tmp/planted", "LD_PRELOAD": "/tmp/x.so"}
+    manifest = {"framework": {"command": "true"}, "environment": user}
+    for spec in learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=2, manifest=manifest,
+        settings=settings(tmp_path),
+    ):  # fmt: skip
+        assert not set(user) & set(spec.env)
+        assert spec.program_env == user
 
 
 def test_without_job_users_learners_get_the_platforms_redis(tmp_path: Path) -> None:

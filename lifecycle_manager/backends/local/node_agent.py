@@ -146,6 +146,7 @@ class LearnerRequest(BaseModel):
     num_learners: int = Field(ge=1)
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    program_env: dict[str, str] = Field(default_factory=dict)  # for the user's program alone
     resources: ResourcesBody = Field(default_factory=ResourcesBody)
 
     def spec(self) -> LearnerSpec:
@@ -156,6 +157,7 @@ class LearnerRequest(BaseModel):
             num_learners=self.num_learners,
             command=self.command,
             env=self.env,
+            program_env=self.program_env,
             resources=Resources(**self.resources.model_dump()),
         )
 
