@@ -3,8 +3,10 @@
 Each team's jobs line up by priority (capped at the team's `max_priority`), oldest first
 within a priority. The teams' lines are merged by the key of each line's first job:
 
-- whether the team still has nominal quota left of what the job needs; teams below their
-  nominal quota go first, since they would reclaim borrowed resources anyway;
+- whether the job fits in what its team has left of its nominal quota; such jobs go
+  first, since they would reclaim borrowed resources anyway (a job keyed by its team's
+  standing alone, one that needs more than its team has left, went first too, borrowed
+  the room an owner's reclaim had just freed, and was preempted again: a livelock);
 - the job's priority;
 - its team's weighted dominant share (DRF): the largest fraction of any cluster resource
   (GPUs of a product, CPUs, memory) the team holds, divided by the team's weight. The
@@ -12,7 +14,7 @@ within a priority. The teams' lines are merged by the key of each line's first j
   proportion to their weights;
 - the older job first.
 
-Both are the team's standing, not the job's: a team's large gang at the head of its line
+The share is the team's standing, not the job's: a team's large gang at the head of its line
 does not push its later jobs (which its quota may still cover) behind the borrowing of
 teams with smaller jobs, and a team with large jobs is not kept below its share because
 each of its jobs, added to what it holds, looks large.
@@ -101,9 +103,9 @@ class _TeamLine:
             used, nominal = account.used, account.nominal
             if self._share is None:
                 self._share = dominant_share(used, self.totals) / account.team.weight
-            # the team has used up its nominal quota of something the job needs
+            # the job would take the team past its nominal quota of something it needs
             borrows = any(
-                amount > 0 and used.get(key, 0) >= nominal.get(key, 0)
+                amount > 0 and used.get(key, 0) + amount > nominal.get(key, 0)
                 for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product)
             )
             known = self._by_gang[job.gang] = (borrows, self._share)

@@ -10,7 +10,9 @@ from lifecycle_manager.scheduler import (
     PendingJob,
     Quota,
     RunningJob,
+    SchedulePass,
     Team,
+    schedule,
 )
 
 NOW = 10_000.0
@@ -99,3 +101,47 @@ def snapshot(
     return ClusterSnapshot(
         tuple(nodes), tuple(teams), tuple(running_jobs or ()), tuple(pending_jobs or ())
     )
+
+
+def play_passes(
+    nodes: list[Node],
+    teams: list[Team],
+    waves: list[list[PendingJob]],
+    passes: int,
+) -> list[SchedulePass]:
+    """Passes one a minute from NOW, applied as the service applies them: admitted jobs
+    run, a victim stops in the pass after its preemption and is queued again as it was
+    (no job ends of itself); `waves[i]` joins the queue before pass i."""
+    queued: list[PendingJob] = []
+    known: dict[str, PendingJob] = {}
+    running: list[RunningJob] = []
+    stopping: set[str] = set()
+    results = []
+    for step in range(passes):
+        arriving = waves[step] if step < len(waves) else []
+        known.update({job.id: job for job in arriving})
+        queued += arriving
+        queued += [known[job.id] for job in running if job.id in stopping]
+        running = [job for job in running if job.id not in stopping]
+        result = schedule(
+            ClusterSnapshot(tuple(nodes), tuple(teams), tuple(running), tuple(queued)),
+            NOW + 60 * step,
+        )
+        results.append(result)
+        stopping = {p.victim_id for p in result.preemptions}
+        for admission in result.admissions:
+            job = known[admission.job_id]
+            running.append(
+                RunningJob(
+                    job.id,
+                    job.team,
+                    job.gang,
+                    admission.nodes,
+                    NOW + 60 * step,
+                    job.priority,
+                    admission.gpu_product,
+                )
+            )
+        admitted = {a.job_id for a in result.admissions}
+        queued = [job for job in queued if job.id not in admitted]
+    return results

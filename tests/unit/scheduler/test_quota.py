@@ -1,7 +1,17 @@
 """Quotas: nominal, borrowing up to the limit, the cohort's idle quota, reclaim, concurrency."""
 
-from lifecycle_manager.scheduler import Quota, Team, WaitCause, schedule
-from tests.unit.scheduler.factories import NOW, gpu_nodes, pending, running, snapshot, team
+from collections import Counter
+
+from lifecycle_manager.scheduler import Quota, SchedulePass, Team, WaitCause, schedule
+from tests.unit.scheduler.factories import (
+    NOW,
+    gpu_nodes,
+    pending,
+    play_passes,
+    running,
+    snapshot,
+    team,
+)
 
 
 def test_a_team_borrows_idle_quota_of_another_team() -> None:
@@ -236,3 +246,20 @@ def test_a_large_job_queued_less_than_an_hour_ago_keeps_no_quota_yet() -> None:
     ]
     result = schedule(snapshot(gpu_nodes(2), teams, busy, jobs), NOW)
     assert [a.job_id for a in result.admissions] == ["b-long"]
+
+
+def _preemptions(results: list[SchedulePass]) -> Counter[tuple[str, str]]:
+    return Counter((p.victim_id, p.for_job_id) for r in results for p in r.preemptions)
+
+
+def test_a_reclaimed_quota_goes_to_the_job_that_reclaimed_it_not_back_to_the_borrower() -> None:
+    # ta may borrow one T4 beyond its one; tb's job comes for its own: ta's job is preempted
+    # once, and is not admitted again, borrowing, into the room its preemption freed
+    nodes = gpu_nodes(1, gpus=2, product="T4")
+    teams = [team("ta", 1, borrow=1, product="T4"), team("tb", 1, product="T4")]
+    waves = [[pending("ta1", "ta", 2, product="T4")], [pending("tb1", "tb", 1, product="T4")]]
+    results = play_passes(nodes, teams, waves, passes=8)
+    assert _preemptions(results) == {("ta1", "tb1"): 1}
+    started = [a.job_id for r in results for a in r.admissions]
+    assert started == ["ta1", "tb1"], started
+    assert "needs 2 GPUs (T4)" in results[-1].waiting[0].reason
