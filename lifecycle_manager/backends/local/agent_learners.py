@@ -43,6 +43,7 @@ from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import exit_reports
 from storage.exit_reports import ExitReport
+from storage.private_files import open_private_append, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ class LearnerTable:
             "ports": self._ports,
         }
         temp = self._state_file.with_suffix(".tmp")
-        temp.write_text(json.dumps(data, indent=1))
+        write_private_text(temp, json.dumps(data, indent=1))
         os.replace(temp, self._state_file)
 
     # -- queries -----------------------------------------------------------------------
@@ -328,7 +329,7 @@ class LearnerTable:
             self._finish(record, 127, None, f"command not found: {missing}")
             return
         argv[0] = executable
-        with open(workdir / RUNNER_LOG, "ab") as output:
+        with open_private_append(workdir / RUNNER_LOG) as output:
             try:
                 process = subprocess.Popen(
                     argv,
@@ -358,7 +359,7 @@ class LearnerTable:
     ) -> None:
         """The `dlaas-ps` sidecar: `--supervise` restarts it if it dies and ends it when the
         learner's runner `pgid` exits, as a sidecar container ends with its pod."""
-        with open(Path(record.workdir) / PS_LOG, "ab") as output:
+        with open_private_append(Path(record.workdir) / PS_LOG) as output:
             try:
                 subprocess.Popen(
                     [*sidecar.COMMAND, "--supervise"],

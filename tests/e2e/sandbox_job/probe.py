@@ -1,0 +1,89 @@
+"""A training program that looks for what other jobs on its node left or run, and prints
+what it found as one JSON line:
+
+    {"probe": {"<attempt>": "blocked: <why>" | "ESCAPED: <what it got>", ...}, "uid": N, ...}
+
+    python probe.py PLAN_JSON
+
+PLAN_JSON says what to try: `read` (paths of other jobs' files to read), `plant` (a secret
+to leave 0600 in /tmp, /var/tmp and /dev/shm for a later job to find), `find` (the secret
+an earlier job planted, looked for where it planted it), `proc` (read the command lines and
+environments of other uids' processes), `hold` (seconds to keep running after the report).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def read(path: str | Path) -> str:
+    return Path(path).read_bytes()[:80].decode(errors="replace")
+
+
+def others_processes(what: str) -> list[str] | None:
+    """`/proc/PID/<what>` of every process of another uid this program can read."""
+    got = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry.path).st_uid == os.getuid():
+                continue
+            text = read(f"{entry.path}/{what}")
+        except OSError:
+            continue
+        if text:
+            got.append(f"{entry.name}: {text}")
+    return got or None
+
+
+def main() -> None:
+    plan = json.loads(sys.argv[1])
+    attempts: dict[str, Callable[[], object]] = {}
+    for path in plan.get("read", []):
+        attempts[f"read {path}"] = lambda path=path: read(path)
+    if plan.get("find"):
+        name = plan["find"]["name"]
+        for directory in SHARED_DIRS:
+            attempts[f"find {directory}/{name}"] = lambda d=directory: read(f"{d}/{name}")
+    if plan.get("proc"):
+        attempts["read other uids' /proc/*/cmdline"] = lambda: others_processes("cmdline")
+        attempts["read other uids' /proc/*/environ"] = lambda: others_processes("environ")
+    results = {}
+    for name, attempt in attempts.items():
+        try:
+            got = attempt()
+        except OSError as error:
+            results[name] = f"blocked: {type(error).__name__}: {error}"
+        else:
+            results[name] = "blocked: nothing there" if got is None else f"ESCAPED: {got!r}"[:300]
+    planted = []
+    if plan.get("plant"):
+        secret = plan["plant"]
+        for directory in SHARED_DIRS:
+            path = Path(directory) / secret["name"]
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secret["text"])
+            planted.append(str(path))
+    report = {
+        "probe": results,
+        "uid": os.getuid(),
+        "tmpdir": tempfile.gettempdir(),
+        "planted": planted,
+    }
+    print(json.dumps(report), flush=True)
+    time.sleep(float(plan.get("hold", 0)))
+
+
+if __name__ == "__main__":
+    main()
