@@ -85,6 +85,9 @@ def report(platform: Platform, user: User, job: str) -> dict[str, Any]:
         if lines:
             found: dict[str, Any] = json.loads(lines[0])
             return found
+        with platform.client(user.token) as client:
+            state = str(client.get_job(job)["state"])
+        assert state != "FAILED", f"the probe job {job} failed:\n{logs[-3000:]}"
         time.sleep(0.5)
     raise AssertionError(f"the probe job {job} printed no report after 180 s")
 
@@ -121,5 +124,25 @@ def test_another_jobs_runner_files_are_not_readable(
     attacker = isolating.create_user(f"reader-{secrets.token_hex(3)}")
     job = probe(isolating, attacker, tmp_path, {"read": [str(runner_log)]})
     found = report(isolating, attacker, job)
+    assert not escapes(found), found  # 0600, and out of sight where mounts are private
+
+
+def test_what_a_job_leaves_in_tmp_is_not_found_by_the_next_job_with_its_uid(
+    isolating: Platform, victim: str, tmp_path: Path
+) -> None:
+    for job in {str(item["job"]) for item in isolating.learners()} - {victim}:
+        wait_gone(isolating, job)  # the planter gets the lowest free uid, and so the finder
+    secret = {"name": f"dlaas-left-{secrets.token_hex(4)}", "text": "the first team's secret"}
+    first = isolating.create_user(f"planter-{secrets.token_hex(3)}")
+    planter = probe(isolating, first, tmp_path, {"plant": secret})
+    planted = report(isolating, first, planter)
+    assert len(planted["planted"]) == 3
+    wait_state(isolating, first, planter, ("COMPLETED",))
+    wait_gone(isolating, planter)
+    second = isolating.create_user(f"finder-{secrets.token_hex(3)}")
+    finder = probe(isolating, second, tmp_path, {"find": secret})
+    found = report(isolating, second, finder)
+    assert found["uid"] == planted["uid"]  # the same uid, handed to another team's job
     assert not escapes(found), found
-    assert "PermissionError" in found["probe"][f"read {runner_log}"]
+    assert len(found["probe"]) == 3
+

@@ -571,9 +571,12 @@ class LearnerTable:
             ignore_errors=True,
         )
         if record.uid is not None:
-            program_identity.end_processes(
-                record.uid
-            )  # whatever the program left running, detached or not
+            # The uid is free for another learner from now on: nothing of this one's may
+            # be left for it, neither a process, detached or not, nor a file in /tmp.
+            program_identity.end_processes(record.uid)
+            removed = program_identity.remove_files_of(record.uid)
+            if removed:
+                log.info("removed what uid %s left of %s: %s", record.uid, record.name, removed)
         if not self.keep_workdirs:
             workdir = Path(record.workdir)
             shutil.rmtree(workdir, ignore_errors=True)

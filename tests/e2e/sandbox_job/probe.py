@@ -71,7 +71,7 @@ def main() -> None:
         secret = plan["plant"]
         for directory in SHARED_DIRS:
             path = Path(directory) / secret["name"]
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(secret["text"])
             planted.append(str(path))
