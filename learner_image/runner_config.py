@@ -30,8 +30,19 @@ SECRET_ENV = (
 PROGRAM_UID_ENV = "DLAAS_PROGRAM_UID"
 RUNNER_DIR_ENV = "DLAAS_RUNNER_DIR"
 SHARED_DIR_ENV = "DLAAS_SHARED_DIR"
+# The program's own temporary directory, and `private` when the node lets the runner give
+# the program a mount namespace of its own (`learner_image.program_sandbox`).
+PROGRAM_TMPDIR_ENV = "DLAAS_PROGRAM_TMPDIR"
+PROGRAM_MOUNTS_ENV = "DLAAS_PROGRAM_MOUNTS"
+PRIVATE_MOUNTS = "private"
 # The runner's own settings, none of the program's business.
-RUNNER_ENV = (PROGRAM_UID_ENV, RUNNER_DIR_ENV, SHARED_DIR_ENV)
+RUNNER_ENV = (
+    PROGRAM_UID_ENV,
+    RUNNER_DIR_ENV,
+    SHARED_DIR_ENV,
+    PROGRAM_TMPDIR_ENV,
+    PROGRAM_MOUNTS_ENV,
+)
 DIR_ENV = {
     "MODEL_DIR": "model",
     "DATA_DIR": "data",
@@ -68,6 +79,10 @@ class RunnerConfig:
     # The program's own uid (its gid alike) when the runner is root: the program runs as it,
     # owns its directories, and can read nothing of the runner's.
     program_uid: int | None = None
+    # With a program uid: the program's TMPDIR, and whether it gets private /tmp, /var/tmp,
+    # /dev/shm and /proc in a mount namespace of its own.
+    program_tmp: Path | None = None
+    private_mounts: bool = False
     # Where the runner keeps its own files (the complete log and metrics it uploads): out
     # of the program's reach when the program has a uid of its own. Default: LOG_DIR.
     runner_dir: Path | None = None
@@ -99,7 +114,9 @@ class RunnerConfig:
 
     @property
     def program_dirs(self) -> tuple[Path, ...]:
-        return (self.model_dir, self.data_dir, self.result_dir, self.log_dir, self.checkpoint_dir)
+        """The directories that are the program's own."""
+        dirs = (self.model_dir, self.data_dir, self.result_dir, self.log_dir, self.checkpoint_dir)
+        return (*dirs, self.program_tmp) if self.program_tmp is not None else dirs
 
     @property
     def log_key(self) -> str:
@@ -199,6 +216,8 @@ def parse_config(
         program_uid=_int_env(environ, PROGRAM_UID_ENV, -1)
         if environ.get(PROGRAM_UID_ENV)
         else None,
+        program_tmp=Path(environ[PROGRAM_TMPDIR_ENV]) if environ.get(PROGRAM_TMPDIR_ENV) else None,
+        private_mounts=environ.get(PROGRAM_MOUNTS_ENV) == PRIVATE_MOUNTS,
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
         shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,
         pretend_gpus=_int_env(environ, PRETEND_GPUS_ENV, 0),

@@ -146,3 +146,15 @@ def test_what_a_job_leaves_in_tmp_is_not_found_by_the_next_job_with_its_uid(
     assert not escapes(found), found
     assert len(found["probe"]) == 3
 
+
+def test_a_job_sees_neither_other_jobs_processes_nor_the_nodes_tmp(
+    isolating: Platform, victim: str, tmp_path: Path
+) -> None:
+    owner = isolating.create_user(f"onlooker-{secrets.token_hex(3)}")
+    job = probe(isolating, owner, tmp_path, {"proc": True, "hold": 300})
+    found = report(isolating, owner, job)
+    assert not escapes(found), found
+    # Its temporary directory is its own, in its learner's directory.
+    [own] = isolating.learners(job)
+    assert found["tmpdir"] == str(Path(own["workdir"]) / "program" / "tmp")
+    isolating.dlaas("delete", job, "--token", owner.token)

@@ -38,7 +38,13 @@ from typing import Any
 
 from learner_image import program_identity
 from learner_image.ps import sidecar
-from learner_image.runner_config import PROGRAM_UID_ENV, RUNNER_DIR_ENV
+from learner_image.runner_config import (
+    PRIVATE_MOUNTS,
+    PROGRAM_MOUNTS_ENV,
+    PROGRAM_TMPDIR_ENV,
+    PROGRAM_UID_ENV,
+    RUNNER_DIR_ENV,
+)
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import exit_reports
@@ -59,6 +65,7 @@ WORK_SUBDIRS = {
     "LOG_DIR": f"{PROGRAM_DIR}/logs",
     "CHECKPOINT_DIR": f"{PROGRAM_DIR}/checkpoints",
 }
+PROGRAM_TMP = f"{PROGRAM_DIR}/tmp"  # the program's TMPDIR (and its /tmp where mounts allow)
 RUNNER_DIR = "runner"  # the runner's own files (its complete log), root's alone
 RUNNER_LOG = "runner.log"
 EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
@@ -192,17 +199,20 @@ class LearnerTable:
         keep_workdirs: bool = False,
         program_uids: range | None = None,
         work_root: Path | None = None,
+        private_mounts: bool = False,
     ) -> None:
         """`program_uids`: run each learner's program as a uid of its own from this range
         (the agent must be root); `work_root`: where learners' working directories go
         (default `root`; with program uids it must not be under a directory they cannot
-        traverse, such as a 0700 DLAAS_HOME)."""
+        traverse, such as a 0700 DLAAS_HOME); `private_mounts`: give each such program
+        private /tmp, /var/tmp, /dev/shm and /proc (`learner_image.program_sandbox`)."""
         self.root = root
         self.on_exit = on_exit
         self.grace = grace
         self.keep_workdirs = keep_workdirs
         self.program_uids = program_uids
         self.work_root = work_root or root
+        self.private_mounts = private_mounts
         self._state_file = root / "agent-learners.json"
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -322,6 +332,10 @@ class LearnerTable:
         workdir = Path(record.workdir)
         self._prepare_workdir(record)
         env = self._environment(record, spec)
+        if record.uid is not None:
+            env[PROGRAM_TMPDIR_ENV] = str(workdir / PROGRAM_TMP)
+            if self.private_mounts:
+                env[PROGRAM_MOUNTS_ENV] = PRIVATE_MOUNTS
         argv = list(spec.command)
         executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
         if executable is None:
