@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-
 # The directories every uid may write in, where a program may leave files outside its own.
 SHARED_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 

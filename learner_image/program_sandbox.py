@@ -151,7 +151,7 @@ def probe() -> str | None:
         try:
             tmp_dir = Path("/tmp") if Path("/tmp").is_dir() else Path("/")
             _private_namespace(libc, tmp_dir, ())
-        except BaseException as error:  # noqa: BLE001 - whatever it is, it is the answer
+        except BaseException as error:
             message = str(error).encode()[:500] or type(error).__name__.encode()
         with contextlib.suppress(OSError):
             os.write(write_end, message)

@@ -336,6 +336,14 @@ class LearnerTable:
             env[PROGRAM_TMPDIR_ENV] = str(workdir / PROGRAM_TMP)
             if self.private_mounts:
                 env[PROGRAM_MOUNTS_ENV] = PRIVATE_MOUNTS
+        if sidecar.wanted(spec.env):
+            try:  # before the program starts, which must find it made
+                sidecar.make_region(record.job, record.learner, record.attempt, record.uid)
+            except OSError as error:
+                self._finish(
+                    record, 126, None, f"cannot make the parameter server's region: {error}"
+                )
+                return
         argv = list(spec.command)
         executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
         if executable is None:
@@ -581,7 +589,7 @@ class LearnerTable:
         if not any(f"{r.job}/a{r.attempt}" == port_key for r in self._records.values()):
             self._ports.pop(port_key, None)
         shutil.rmtree(
-            sidecar.region_directory(record.job, record.learner, record.attempt),
+            sidecar.learner_directory(record.job, record.learner, record.attempt),
             ignore_errors=True,
         )
         if record.uid is not None:
