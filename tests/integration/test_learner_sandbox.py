@@ -130,8 +130,9 @@ print(json.dumps({
 """
 
 
+@pytest.mark.parametrize("mounts", ["shared", "private where the node allows"])
 def test_a_parameter_server_job_runs_as_its_uid_in_a_region_no_one_else_made(
-    tmp_path: Path, work_root: Path, redis_url: str
+    tmp_path: Path, work_root: Path, redis_url: str, mounts: str
 ) -> None:
     job = f"training-psuid{os.getpid()}"
     # Another uid got there first: a directory for the learner's region, open to all.
@@ -144,7 +145,7 @@ def test_a_parameter_server_job_runs_as_its_uid_in_a_region_no_one_else_made(
     LocalObjectStore(tmp_path / "objects").put_bytes(
         f"jobs/{job}/model.zip", make_zip({"push.py": PUSH})
     )
-    private_mounts = program_sandbox.probe() is None
+    private_mounts = mounts != "shared" and program_sandbox.probe() is None
     table = LearnerTable(
         tmp_path / "agent",
         lambda record: True,
@@ -186,6 +187,8 @@ def test_a_parameter_server_job_runs_as_its_uid_in_a_region_no_one_else_made(
     assert line["control_owner"] == UID  # made by the root sidecar, for the program
     if private_mounts:
         assert line["shm"] == [squatted.name]  # its own /dev/shm: its region alone
+    else:
+        assert squatted.name in line["shm"]  # the node's /dev/shm, as where mounts are refused
     home = squatted.lstat()
     assert (home.st_uid, stat.S_IMODE(home.st_mode)) == (0, 0o711)
     region = sidecar.region_directory(job, 1, 0)
