@@ -65,11 +65,15 @@ def _reachable_by(info: os.stat_result, uid: int) -> bool:
     return bool(info.st_mode & stat.S_IXOTH)
 
 
-def remove_files_of(uid: int, roots: Iterable[Path] = SHARED_DIRS) -> list[str]:
-    """Remove every file and directory `uid` owns under `roots`, links never followed;
-    the paths removed. Only directories the uid could enter are searched: nothing it could
-    reach lies elsewhere. A directory it owns goes with all it holds (everything in it was
-    the uid's to change)."""
+def remove_files_of(
+    uid: int, roots: Iterable[Path] = SHARED_DIRS, skip: Iterable[Path] = ()
+) -> list[str]:
+    """Remove every file and directory `uid` owns under `roots`, links never followed, but
+    nothing under `skip` (learners' working directories, which go their own way); the paths
+    removed. Only directories the uid could enter are searched: nothing it could reach lies
+    elsewhere. A directory it owns goes with all it holds (everything in it was the uid's
+    to change)."""
+    skipped = {str(path) for path in skip}
     removed = []
     for root in roots:
         try:
@@ -91,6 +95,8 @@ def remove_files_of(uid: int, roots: Iterable[Path] = SHARED_DIRS) -> list[str]:
                 except OSError:
                     continue
                 is_dir = stat.S_ISDIR(info.st_mode)
+                if entry.path in skipped:
+                    continue
                 if info.st_uid == uid:
                     with contextlib.suppress(OSError):
                         if is_dir:
@@ -98,6 +104,6 @@ def remove_files_of(uid: int, roots: Iterable[Path] = SHARED_DIRS) -> list[str]:
                         else:
                             os.unlink(entry.path)
                         removed.append(entry.path)
-                elif is_dir and _reachable_by(info, uid):
+                elif is_dir and _reachable_by(info, uid) and entry.path not in skipped:
                     pending.append(entry.path)
     return removed

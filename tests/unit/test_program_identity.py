@@ -111,6 +111,10 @@ def test_what_a_uid_left_where_it_could_reach_is_removed_and_nothing_else(
         os.chown(path, uid, uid)
     os.chown(someone, uid + 1, uid + 1)
     (open_dir / "link").symlink_to(closed)
-    removed = remove_files_of(uid, [open_dir])
+    learners = open_dir / "learners"  # the node's working directories: not searched
+    (learners / "program").mkdir(parents=True)
+    os.chown(learners / "program", uid, uid)
+    removed = remove_files_of(uid, [open_dir], skip=[learners])
     assert sorted(removed) == sorted([str(left), str(own_dir)])
+    assert (learners / "program").exists()
     assert someone.exists() and (closed / "unreachable").exists()  # out of the uid's reach

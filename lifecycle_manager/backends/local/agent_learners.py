@@ -596,7 +596,7 @@ class LearnerTable:
             # The uid is free for another learner from now on: nothing of this one's may
             # be left for it, neither a process, detached or not, nor a file in /tmp.
             program_identity.end_processes(record.uid)
-            removed = program_identity.remove_files_of(record.uid)
+            removed = program_identity.remove_files_of(record.uid, skip=[self.work_root])
             if removed:
                 log.info("removed what uid %s left of %s: %s", record.uid, record.name, removed)
         if not self.keep_workdirs:
