@@ -167,6 +167,7 @@ class Launcher:
             tmp_dir=c.program_tmp,
             private_mounts=c.private_mounts and c.program_tmp is not None,
             keep=program_sandbox.kept_paths(reached),
+            network=c.program_network,
         )
 
     def wait(self, log: LearnerLog) -> ProgramEnd:

@@ -12,7 +12,9 @@ which
   learners in /tmp, its parameter server's region on /dev/shm) are bound back in place;
 - `/proc` is a procfs of its own mounted `hidepid=invisible`: the processes of other uids
   (other jobs' command lines, the platform's) are not there;
-- System V IPC is a namespace of its own too.
+- System V IPC is a namespace of its own too;
+- the network is its job's own where the node agent made one (`learner_image.job_network`):
+  loopback alone, shared with the job's other learners and no other job's.
 
 `enter` is the pre-exec hook that sets this up in the forked child, then drops to the
 program's uid. It runs after fork in a process that had threads: it only calls the C
@@ -28,6 +30,8 @@ import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from learner_image import job_network
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -50,6 +54,7 @@ class Sandbox:
     tmp_dir: Path | None = None
     private_mounts: bool = False
     keep: tuple[Path, ...] = ()
+    network: Path | None = None  # the job's network namespace to join (`job_network`)
 
 
 def _libc() -> ctypes.CDLL:
@@ -122,6 +127,8 @@ def enter(sandbox: Sandbox) -> Callable[[], None]:
     uid = sandbox.uid
 
     def hook() -> None:
+        if sandbox.network is not None:  # first: its handle may be under what gets covered
+            job_network.join(libc, sandbox.network)
         if sandbox.private_mounts and sandbox.tmp_dir is not None:
             _private_namespace(libc, sandbox.tmp_dir, sandbox.keep)
         os.setgroups([])
@@ -151,6 +158,7 @@ def probe() -> str | None:
         try:
             tmp_dir = Path("/tmp") if Path("/tmp").is_dir() else Path("/")
             _private_namespace(libc, tmp_dir, ())
+            _check(libc.unshare(job_network.CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         except BaseException as error:
             message = str(error).encode()[:500] or type(error).__name__.encode()
         with contextlib.suppress(OSError):

@@ -35,6 +35,8 @@ SHARED_DIR_ENV = "DLAAS_SHARED_DIR"
 PROGRAM_TMPDIR_ENV = "DLAAS_PROGRAM_TMPDIR"
 PROGRAM_MOUNTS_ENV = "DLAAS_PROGRAM_MOUNTS"
 PRIVATE_MOUNTS = "private"
+# The job's network namespace on the node, for the program to join (`job_network`).
+PROGRAM_NETWORK_ENV = "DLAAS_PROGRAM_NETWORK"
 # The runner's own settings, none of the program's business.
 RUNNER_ENV = (
     PROGRAM_UID_ENV,
@@ -42,6 +44,7 @@ RUNNER_ENV = (
     SHARED_DIR_ENV,
     PROGRAM_TMPDIR_ENV,
     PROGRAM_MOUNTS_ENV,
+    PROGRAM_NETWORK_ENV,
 )
 DIR_ENV = {
     "MODEL_DIR": "model",
@@ -79,10 +82,11 @@ class RunnerConfig:
     # The program's own uid (its gid alike) when the runner is root: the program runs as it,
     # owns its directories, and can read nothing of the runner's.
     program_uid: int | None = None
-    # With a program uid: the program's TMPDIR, and whether it gets private /tmp, /var/tmp,
-    # /dev/shm and /proc in a mount namespace of its own.
+    # With a program uid: the program's TMPDIR, whether it gets private /tmp, /var/tmp,
+    # /dev/shm and /proc in a mount namespace of its own, and its job's network namespace.
     program_tmp: Path | None = None
     private_mounts: bool = False
+    program_network: Path | None = None
     # Where the runner keeps its own files (the complete log and metrics it uploads): out
     # of the program's reach when the program has a uid of its own. Default: LOG_DIR.
     runner_dir: Path | None = None
@@ -218,6 +222,9 @@ def parse_config(
         else None,
         program_tmp=Path(environ[PROGRAM_TMPDIR_ENV]) if environ.get(PROGRAM_TMPDIR_ENV) else None,
         private_mounts=environ.get(PROGRAM_MOUNTS_ENV) == PRIVATE_MOUNTS,
+        program_network=Path(environ[PROGRAM_NETWORK_ENV])
+        if environ.get(PROGRAM_NETWORK_ENV)
+        else None,
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
         shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,
         pretend_gpus=_int_env(environ, PRETEND_GPUS_ENV, 0),

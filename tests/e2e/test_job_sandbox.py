@@ -42,23 +42,27 @@ def isolating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         running.down()
 
 
-def manifest(directory: Path, name: str, command: str) -> Path:
+def manifest(directory: Path, name: str, command: str, learners: int = 1) -> Path:
     path = directory / f"{name}-{secrets.token_hex(3)}.yml"
     path.write_text(
-        f"name: {name}\nlearners: 1\ncpus: 0.1\nmemory: 256Mi\n"
+        f"name: {name}\nlearners: {learners}\ncpus: 0.1\nmemory: 256Mi\n"
         f"framework:\n  name: python\n  command: {json.dumps(command)}\n"
     )
     return path
 
 
-def submit(platform: Platform, user: User, directory: Path, command: str, model: Path) -> str:
-    path = manifest(directory, "sandbox", command)
+def submit(
+    platform: Platform, user: User, directory: Path, command: str, model: Path, learners: int = 1
+) -> str:
+    path = manifest(directory, "sandbox", command, learners)
     return platform.dlaas("train", str(path), str(model), "--token", user.token).stdout.strip()
 
 
-def probe(platform: Platform, user: User, directory: Path, plan: dict[str, Any]) -> str:
+def probe(
+    platform: Platform, user: User, directory: Path, plan: dict[str, Any], learners: int = 1
+) -> str:
     command = f"{PYTHON} probe.py {json.dumps(json.dumps(plan))}"
-    return submit(platform, user, directory, command, PROBE)
+    return submit(platform, user, directory, command, PROBE, learners)
 
 
 def wait_state(platform: Platform, user: User, job: str, states: tuple[str, ...]) -> str:
@@ -158,3 +162,27 @@ def test_a_job_sees_neither_other_jobs_processes_nor_the_nodes_tmp(
     [own] = isolating.learners(job)
     assert found["tmpdir"] == str(Path(own["workdir"]) / "program" / "tmp")
     isolating.dlaas("delete", job, "--token", owner.token)
+
+
+def test_another_jobs_service_on_loopback_is_out_of_reach_and_its_own_learners_meet(
+    isolating: Platform, tmp_path: Path
+) -> None:
+    owner = isolating.create_user(f"server-{secrets.token_hex(3)}")
+    serving = probe(isolating, owner, tmp_path, {"listen": True, "hold": 300})
+    port = report(isolating, owner, serving)["listening"]
+    attacker = isolating.create_user(f"caller-{secrets.token_hex(3)}")
+    job = probe(isolating, attacker, tmp_path, {"connect": [f"127.0.0.1:{port}"]})
+    found = report(isolating, attacker, job)
+    assert not escapes(found), found
+    isolating.dlaas("delete", serving, "--token", owner.token)
+    # The learners of one job still reach each other where torch's store would be.
+    gang = isolating.create_user(f"gang-{secrets.token_hex(3)}")
+    job = probe(isolating, gang, tmp_path, {"rendezvous": True}, learners=2)
+    assert wait_state(isolating, gang, job, ("COMPLETED",)) == "COMPLETED"
+    logs = isolating.dlaas("logs", job, "--token", gang.token).stdout
+    reports = [
+        json.loads(line[line.index('{"probe"') :])
+        for line in logs.splitlines()
+        if '{"probe"' in line
+    ]
+    assert [r["own"] for r in reports] == ["met", "met"], logs[-2000:]

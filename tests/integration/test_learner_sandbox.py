@@ -71,8 +71,8 @@ def work_root() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def run(table: LearnerTable, job: str, command: list[str]) -> LearnerRecord:
-    spec = LearnerSpec(job_id=job, learner=1, attempt=0, num_learners=1, command=command)
+def run(table: LearnerTable, job: str, command: list[str], learner: int = 1) -> LearnerRecord:
+    spec = LearnerSpec(job_id=job, learner=learner, attempt=0, num_learners=2, command=command)
     record, created = table.create(spec)
     assert created
     wait_for(lambda: record.finished, 30, f"the learner of {job} to end")
@@ -222,3 +222,32 @@ def test_a_region_someone_else_made_is_never_taken(tmp_path: Path) -> None:
     (agents / "region").mkdir(mode=0o700)
     os.chown(agents / "region", SQUATTER, SQUATTER)
     assert ensure_directory(agents / "region").root == agents / "region"
+
+
+def test_a_jobs_learners_share_a_network_of_their_own_until_the_last_is_gone(
+    tmp_path: Path, work_root: Path
+) -> None:
+    refused = program_sandbox.probe()
+    assert refused is None, f"this node refuses namespaces: {refused}"
+    table = LearnerTable(
+        tmp_path / "agent",
+        lambda record: True,
+        grace=1.0,
+        program_uids=range(UID, UID + 3),
+        work_root=work_root,
+        private_mounts=True,
+    )
+    show = [sys.executable, "-c", "import os; print(os.environ['DLAAS_PROGRAM_NETWORK'])"]
+    records = [
+        run(table, job, show, learner)
+        for job, learner in (("training-net-a", 1), ("training-net-a", 2), ("training-net-b", 1))
+    ]
+    networks = [(Path(r.workdir) / "runner.log").read_text().strip() for r in records]
+    assert networks[0] == networks[1] != networks[2]
+    assert all(os.path.ismount(path) for path in networks)
+    table.delete([records[0].name])
+    assert table.wait_gone([records[0].name], 10)
+    assert os.path.ismount(networks[0])  # learner 2 of the job is still there
+    table.delete([records[1].name, records[2].name])
+    assert table.wait_gone([records[1].name, records[2].name], 10)
+    assert not any(Path(path).exists() for path in networks)

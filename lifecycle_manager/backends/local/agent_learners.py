@@ -36,11 +36,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learner_image import program_identity
+from learner_image import job_network, program_identity
 from learner_image.ps import sidecar
 from learner_image.runner_config import (
     PRIVATE_MOUNTS,
     PROGRAM_MOUNTS_ENV,
+    PROGRAM_NETWORK_ENV,
     PROGRAM_TMPDIR_ENV,
     PROGRAM_UID_ENV,
     RUNNER_DIR_ENV,
@@ -322,6 +323,23 @@ class LearnerTable:
             os.chown(path, record.uid, record.uid, follow_symlinks=False)
             path.chmod(0o700)
 
+    def _network_path(self, job: str, attempt: int) -> Path:
+        return self.root / "networks" / f"{job}-a{attempt}"
+
+    def _job_network(self, record: LearnerRecord) -> Path | None:
+        """The network namespace of the learner's job attempt, made for its first learner;
+        None where the node refuses one (its programs then share the node's network)."""
+        path = self._network_path(record.job, record.attempt)
+        if path.exists() and os.path.ismount(path):
+            return path
+        path.unlink(missing_ok=True)  # left by an agent that died before it was mounted
+        try:
+            job_network.make(path)
+        except OSError as error:
+            log.warning("%s shares the node's network: %s", record.name, error)
+            return None
+        return path
+
     def _master_port(self, job: str, attempt: int) -> int:
         key = f"{job}/a{attempt}"
         if key not in self._ports:
@@ -336,6 +354,9 @@ class LearnerTable:
             env[PROGRAM_TMPDIR_ENV] = str(workdir / PROGRAM_TMP)
             if self.private_mounts:
                 env[PROGRAM_MOUNTS_ENV] = PRIVATE_MOUNTS
+                network = self._job_network(record)
+                if network is not None:
+                    env[PROGRAM_NETWORK_ENV] = str(network)
         if sidecar.wanted(spec.env):
             try:  # before the program starts, which must find it made
                 sidecar.make_region(record.job, record.learner, record.attempt, record.uid)
@@ -588,6 +609,7 @@ class LearnerTable:
         port_key = f"{record.job}/a{record.attempt}"
         if not any(f"{r.job}/a{r.attempt}" == port_key for r in self._records.values()):
             self._ports.pop(port_key, None)
+            job_network.remove(self._network_path(record.job, record.attempt))
         shutil.rmtree(
             sidecar.learner_directory(record.job, record.learner, record.attempt),
             ignore_errors=True,

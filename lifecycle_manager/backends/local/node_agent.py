@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         refused = program_sandbox.probe()
         private_mounts = refused is None
         why += (
-            ", each with private /tmp, /var/tmp, /dev/shm and /proc"
+            ", each with private /tmp, /var/tmp, /dev/shm and /proc, and its job's own network"
             if private_mounts
             else f", sharing /tmp, /var/tmp and /dev/shm and seeing every process: {refused}"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -46,6 +47,34 @@ def others_processes(what: str) -> list[str] | None:
     return got or None
 
 
+def connect(address: str) -> str:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(b"set key owned\n")
+        return "connected, and a key sent"
+
+
+def rendezvous() -> str:
+    """Learner 1 serves on MASTER_ADDR:MASTER_PORT, the others reach it there."""
+    address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    if os.environ.get("LEARNER_ID", "1") == "1":
+        with socket.create_server(address) as server:
+            server.settimeout(120)
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(b"welcome\n")
+        return "met"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with socket.create_connection(address, timeout=5) as conn:
+                return "met" if conn.recv(80) == b"welcome\n" else "a stranger answered"
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def main() -> None:
     plan = json.loads(sys.argv[1])
     attempts: dict[str, Callable[[], object]] = {}
@@ -58,6 +87,9 @@ def main() -> None:
     if plan.get("proc"):
         attempts["read other uids' /proc/*/cmdline"] = lambda: others_processes("cmdline")
         attempts["read other uids' /proc/*/environ"] = lambda: others_processes("environ")
+    for address in plan.get("connect", []):
+        attempts[f"connect {address}"] = lambda address=address: connect(address)
+    listener = socket.create_server(("127.0.0.1", 0)) if plan.get("listen") else None
     results = {}
     for name, attempt in attempts.items():
         try:
@@ -75,8 +107,16 @@ def main() -> None:
             with os.fdopen(fd, "w") as out:
                 out.write(secret["text"])
             planted.append(str(path))
+    own = ""
+    if plan.get("rendezvous"):
+        try:
+            own = rendezvous()
+        except OSError as error:
+            own = f"{type(error).__name__}: {error}"
     report = {
         "probe": results,
+        "own": own,
+        "listening": listener.getsockname()[1] if listener else None,
         "uid": os.getuid(),
         "tmpdir": tempfile.gettempdir(),
         "planted": planted,
