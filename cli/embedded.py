@@ -8,8 +8,12 @@ crash) one of them and start it again as `dlaas up` did, as a supervisor would a
 Each `dlaas up` generates the platform's own secrets: the password the private Redis
 requires (in `platform.json`, and in the Redis URL the services get) and the bearer token
 the node agent requires of every request (`$DLAAS_HOME/agent-token`, which the agent and the
-lifecycle manager read through `DLAAS_AGENT_TOKEN_FILE`). `DLAAS_HOME` is created 0700 and
-every file holding a secret 0600 (`cli.config.write_private`).
+lifecycle manager read through `DLAAS_AGENT_TOKEN_FILE`). A service gets its secrets (the
+Redis URL, the API's admin token) in a settings file of its own
+(`$DLAAS_HOME/settings/<service>.json`, named by `DLAAS_SETTINGS_FILE`), never in its
+environment, which whatever it starts would inherit and `/proc/<pid>/environ` shows.
+`DLAAS_HOME` is created 0700 and every file holding a secret 0600
+(`cli.config.write_private`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -42,6 +47,8 @@ AGENT_PORT = 8471
 REDIS_PORT = 6479
 AGENT_TOKEN_FILE = "agent-token"
 REDIS_CONFIG = "redis.conf"
+SETTINGS_DIR = "settings"
+SETTINGS_FILE_ENV = "DLAAS_SETTINGS_FILE"  # read by every service's settings
 
 
 class PlatformError(RuntimeError):
@@ -236,11 +243,12 @@ def service_command(
     env = {
         **{key: value for key, value in environ.items() if key not in _PLATFORM_SECRETS},
         "DLAAS_HOME": platform.home,
-        "DLAAS_REDIS_URL": platform.redis_url,
         "DLAAS_AGENT_URL": platform.agent_url,
         # where learners reach the API's object gateway with their jobs' tokens
         "DLAAS_API_URL": platform.url,
     }
+    if service_settings(platform, name, token=token):
+        env[SETTINGS_FILE_ENV] = str(settings_path(platform, name))
     if name in ("agent", "worker", "monitor"):
         env["DLAAS_AGENT_TOKEN_FILE"] = str(platform.agent_token_path)
     if name == "redis":
@@ -262,7 +270,6 @@ def service_command(
         ]  # fmt: skip
     elif name == "api":
         argv = [python, "-m", "api", "--port", str(_port(platform.url))]
-        env["DLAAS_ADMIN_TOKEN"] = token
     elif name == "worker":
         argv = [python, "-m", "lifecycle_manager.entrypoints.worker"]
     elif name == "monitor":
@@ -274,21 +281,47 @@ def service_command(
     return argv, env
 
 
-# Secrets of the caller's environment that would override those of the platform.
-_PLATFORM_SECRETS = ("DLAAS_AGENT_TOKEN", "DLAAS_AGENT_TOKEN_FILE", "DLAAS_ADMIN_TOKEN")
+def service_settings(platform: Platform, name: str, *, token: str) -> dict[str, str]:
+    """The secret settings of service `name` (its settings file), by their names: the Redis
+    URL, with its password, for the services that reach Redis; the admin token for the API."""
+    if name == "redis":
+        return {}
+    secret = {"redis_url": platform.redis_url}
+    if name == "api":
+        secret["admin_token"] = token
+    return secret
+
+
+def settings_path(platform: Platform, name: str) -> Path:
+    return Path(platform.home) / SETTINGS_DIR / f"{name}.json"
+
+
+# Settings of the caller's environment that would override those of the platform (the
+# environment comes before a settings file).
+_PLATFORM_SECRETS = (
+    "DLAAS_AGENT_TOKEN",
+    "DLAAS_AGENT_TOKEN_FILE",
+    "DLAAS_ADMIN_TOKEN",
+    "DLAAS_REDIS_URL",
+    SETTINGS_FILE_ENV,
+)
 
 
 def _redis_password(platform: Platform) -> str | None:
     return urlsplit(platform.redis_url).password
 
 
-def _prepare(platform: Platform, name: str) -> None:
-    """What a service needs on disk before it starts: the private Redis its password, in a
-    0600 configuration file (not on its command line, which every user may read)."""
+def _prepare(platform: Platform, name: str, *, token: str) -> None:
+    """What a service needs on disk before it starts, in 0600 files (not on its command line,
+    which every user may read, nor in its environment): the private Redis its password, the
+    others their settings file."""
     password = _redis_password(platform)
     if name == "redis" and password:
         redis_dir = private_dir(Path(platform.home) / "redis")
         write_private(redis_dir / REDIS_CONFIG, f"requirepass {password}\n")
+    if secret := service_settings(platform, name, token=token):
+        private_dir(Path(platform.home) / SETTINGS_DIR)
+        write_private(settings_path(platform, name), json.dumps(secret))
 
 
 def _wait_ready(platform: Platform, name: str) -> None:
@@ -339,7 +372,7 @@ def start(
 
     def spawn(name: str) -> None:
         argv, env = service_command(platform, name, token=token, environ=environ)
-        _prepare(platform, name)
+        _prepare(platform, name, token=token)
         platform.pids[name] = _spawn(name, argv, env, logs)
 
     if not external_redis:
@@ -408,10 +441,11 @@ def start_service(home: Path, name: str, *, environ: Mapping[str, str] | None = 
     platform = _running(home)
     if name in platform.alive():
         raise PlatformError(f"{name} runs already (pid {platform.pids[name]})")
+    token = read_token(home)
     argv, env = service_command(
-        platform, name, token=read_token(home), environ=os.environ if environ is None else environ
+        platform, name, token=token, environ=os.environ if environ is None else environ
     )
-    _prepare(platform, name)
+    _prepare(platform, name, token=token)
     platform.pids[name] = _spawn(name, argv, env, home / "logs")
     platform.save()
     _wait_ready(platform, name)
@@ -439,7 +473,8 @@ def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return []
     jobs = sorted({str(r["job"]) for r in learners if r.get("phase") in ("Pending", "Running")})
-    for job in jobs:
+
+    def stop_job(job: str) -> None:
         with contextlib.suppress(httpx.HTTPError):
             httpx.delete(
                 f"{agent_url}/jobs/{job}",
@@ -447,6 +482,10 @@ def stop_learners(platform: Platform, *, wait_s: float = 30.0) -> list[str]:
                 headers=headers,
                 timeout=wait_s + 10.0,
             )
+
+    # every job's learners checkpoint at once: the wait is one grace period, not one a job
+    with ThreadPoolExecutor(max_workers=min(len(jobs), 16) or 1) as pool:
+        list(pool.map(stop_job, jobs))
     return jobs
 
 
@@ -460,29 +499,36 @@ def _terminate(pid: int, grace_s: float) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-_STOP_ORDER = ["api", "worker", "monitor", "agent", "redis"]
+_STOP_ORDER = ["worker", "api", "monitor", "agent", "redis"]
 
 
 def stop(
     home: Path, *, grace_s: float = 10.0, on_step: Callable[[str], None] = lambda _: None
 ) -> list[str]:
-    """Stop what `start` recorded: the API and worker, the learners, then the rest.
+    """Stop what `start` recorded: the worker, the learners, then the rest.
 
-    The API and the worker go first so no learner is started any more; the learners then
-    get SIGTERM through their agent (they commit and upload what they have) while the
-    monitor still runs to record that their jobs were interrupted (they resume at the next
-    `dlaas up`), and Redis to take their last log lines; the monitor, agent and Redis go last.
+    The worker goes first so that no learner is started any more; the learners then get
+    SIGTERM through their agent and are waited for while everything they need still runs:
+    the API, whose object gateway takes their stop checkpoints, the monitor, which records
+    that their jobs were interrupted (they resume from those checkpoints at the next
+    `dlaas up`), and Redis, which takes their last log lines. The API, monitor, agent and
+    Redis go last.
     """
     platform = Platform.load(home)
     if platform is None:
         return []
     alive = platform.alive()
     order = sorted(alive, key=_STOP_ORDER.index)
+    learners_stopped = "agent" not in alive
     for name in order:
-        if name == "monitor" or (name == "agent" and "monitor" not in alive):
-            stopped = stop_learners(platform) if "agent" in alive else []
+        if not learners_stopped and name != "worker":
+            learners_stopped = True
+            stopped = stop_learners(platform)
             if stopped:
-                on_step(f"stopped the learners of {', '.join(stopped)}")
+                on_step(
+                    f"stopped the learners of {', '.join(stopped)} (their checkpoints "
+                    "taken; they resume at the next dlaas up)"
+                )
         _terminate(alive[name], grace_s)
     platform.record_path.unlink(missing_ok=True)
     platform.agent_token_path.unlink(missing_ok=True)

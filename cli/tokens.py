@@ -18,7 +18,7 @@ from cli.output import format_time, note, print_json, print_plain, print_table
 token_app = typer.Typer(help="Your API tokens: create, list, revoke.", no_args_is_help=True)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
+_DURATION = re.compile(r"^([0-9]{1,6})([smhdw])$")
 
 OutOption = Annotated[
     Path | None,
@@ -42,7 +42,13 @@ def parse_duration(text: str) -> int:
             f"--expires-in {text!r} is not a duration: write a number and a unit, "
             "such as 30d, 12h, 90m, 45s or 2w"
         )
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds == 0:
+        raise CliError(
+            f"--expires-in {text!r} would expire the token at once: give a duration above "
+            "zero, such as 1h, or leave the option out for a token that does not expire"
+        )
+    return seconds
 
 
 def default_token_name(now: datetime | None = None) -> str:

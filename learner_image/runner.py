@@ -28,7 +28,11 @@ restores and uploads checkpoints of its own, `jobs/{job}/checkpoints/learner-{n}
 restarted on its own; default `gang`: one series for all), `DLAAS_STOP_GRACE_S` (default
 10). The command gets the runner's environment, with the directory variables made absolute,
 `PYTHONUNBUFFERED=1` unless set, and without `DLAAS_JOB_TOKEN`, `DLAAS_S3_ACCESS_KEY`,
-`DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`.
+`DLAAS_S3_SECRET_KEY`, `DLAAS_DATABASE_URL`; over it the user's environment (the manifest's
+`environment`, which reaches the runner only as data in `DLAAS_PROGRAM_ENV`, a JSON object),
+which replaces neither the directories nor what dlaas tells every learner
+(`runner_config.child_env`). The platform starts the runner as `python -I -m
+learner_image.runner` by an absolute interpreter (`runner_config.runner_command`).
 
 What it does: status DOWNLOADING -> model archive, data, the newest committed checkpoint and
 the stored log of earlier attempts (which this attempt's log continues) fetched in parallel ->

@@ -6,6 +6,7 @@ See `learner_image.runner` for the contract with the cluster backends.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,15 +38,26 @@ PROGRAM_MOUNTS_ENV = "DLAAS_PROGRAM_MOUNTS"
 PRIVATE_MOUNTS = "private"
 # The job's network namespace on the node, for the program to join (`job_network`).
 PROGRAM_NETWORK_ENV = "DLAAS_PROGRAM_NETWORK"
+# The user's environment (the manifest's `environment`, a JSON object): the runner applies
+# it to the program alone. Carried as data in one variable, it changes nothing of how the
+# runner itself starts (its interpreter, its imports, the libraries it loads).
+PROGRAM_ENV_ENV = "DLAAS_PROGRAM_ENV"
 # The runner's own settings, none of the program's business.
 RUNNER_ENV = (
     PROGRAM_UID_ENV,
     RUNNER_DIR_ENV,
     SHARED_DIR_ENV,
+    PROGRAM_ENV_ENV,
     PROGRAM_TMPDIR_ENV,
     PROGRAM_MOUNTS_ENV,
     PROGRAM_NETWORK_ENV,
 )
+# What dlaas tells every learner's program besides its directories and identity (and every
+# DLAAS_* variable): the user's environment never replaces it.
+CONTRACT_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GPU_COUNT")
+# The runner as a learner spec names it (its console script), and as the platform starts it.
+RUNNER_COMMAND = "dlaas-learner"
+RUNNER_MODULE = "learner_image.runner"
 DIR_ENV = {
     "MODEL_DIR": "model",
     "DATA_DIR": "data",
@@ -57,6 +69,33 @@ DIR_ENV = {
 
 class RunnerFailure(Exception):
     """The runner could not do its part; the message is the reason shown to the user."""
+
+
+def runner_command(interpreter: str) -> list[str]:
+    """The runner's command line up to its own flags: an absolute `interpreter` in isolated
+    mode (`-I`: no PYTHON* variable, no user site-packages, no working directory on the
+    import path), so nothing a job planted or set decides what code the runner runs."""
+    return [interpreter, "-I", "-m", RUNNER_MODULE]
+
+
+def program_env_variable(user_env: Mapping[str, str]) -> dict[str, str]:
+    """The runner's variable carrying the user's environment to it (none for an empty one)."""
+    return {PROGRAM_ENV_ENV: json.dumps(dict(user_env), sort_keys=True)} if user_env else {}
+
+
+def program_env_of(environ: Mapping[str, str]) -> dict[str, str]:
+    """The user's environment the runner was given for its program (RunnerFailure if the
+    variable is not a JSON object of names to strings)."""
+    raw = environ.get(PROGRAM_ENV_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise RunnerFailure(f"{PROGRAM_ENV_ENV} is not a JSON object of names to strings")
+    return value
 
 
 @dataclass(frozen=True)
@@ -79,6 +118,8 @@ class RunnerConfig:
     own_checkpoints: bool = False
     stop_grace_s: float = 10.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The user's environment (the manifest's `environment`), for the program alone.
+    program_env: dict[str, str] = field(default_factory=dict)
     # The program's own uid (its gid alike) when the runner is root: the program runs as it,
     # owns its directories, and can read nothing of the runner's.
     program_uid: int | None = None
@@ -228,11 +269,19 @@ def parse_config(
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
         shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,
         pretend_gpus=_int_env(environ, PRETEND_GPUS_ENV, 0),
+        program_env=program_env_of(environ),
     )
 
 
 def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in environ.items() if k not in SECRET_ENV and k not in RUNNER_ENV}
+    """The program's environment, in layers: the runner's own (its secrets and settings left
+    out) and PYTHONUNBUFFERED=1 as defaults; the user's environment over them (their PATH,
+    PYTHONPATH, LD_*: the program's business alone); and over both what dlaas tells every
+    learner (its directories, identity, rank and rendezvous, DLAAS_*), which the user's never
+    replaces."""
+    inherited = {k: v for k, v in environ.items() if k not in SECRET_ENV and k not in RUNNER_ENV}
+    env = {"PYTHONUNBUFFERED": "1", **inherited, **config.program_env}
+    env.update({k: v for k, v in inherited.items() if k in CONTRACT_ENV or k.startswith("DLAAS_")})
     env.update(
         MODEL_DIR=str(config.model_dir),
         DATA_DIR=str(config.data_dir),
@@ -244,6 +293,5 @@ def child_env(config: RunnerConfig, environ: Mapping[str, str]) -> dict[str, str
         NUM_LEARNERS=str(config.num_learners),
         DLAAS_ATTEMPT=str(config.attempt),
     )
-    env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(config.extra_env)
     return env

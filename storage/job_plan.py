@@ -42,12 +42,14 @@ def elastic_batch(
     learners: int, min_batch: int | None, max_batch: int | None, max_learner_batch: int | None
 ) -> int | None:
     """The global batch `learners` learners run an elastic job at: the largest of its range
-    they hold (a larger batch takes fewer steps, and fewer of each step's fixed costs, for
-    the same samples). None when no batch of the range gives each of them 1 to
-    `max_learner_batch` samples, or when the job has no batch range."""
+    they hold that splits whole among them (a larger batch takes fewer steps, and fewer of
+    each step's fixed costs, for the same samples; an uneven split keeps the others waiting
+    for the learner with one sample more). None when no batch of the range gives each of
+    them the same 1 to `max_learner_batch` samples, or when the job has no batch range."""
     if min_batch is None or max_batch is None:
         return None
     most = max_batch if max_learner_batch is None else min(max_batch, learners * max_learner_batch)
+    most -= most % learners
     return most if most >= max(min_batch, learners) else None
 
 

@@ -7,13 +7,42 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from storage.memory_sizes import machine_memory, parse_memory
+
+# A JSON file of settings (by their names without the prefix: {"redis_url": ...}), read
+# under the environment's: a long-lived service keeps its secrets there, in a 0600 file,
+# rather than in its environment, which its children inherit.
+SETTINGS_FILE_ENV = "DLAAS_SETTINGS_FILE"
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DLAAS_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = [init_settings, env_settings, dotenv_settings]
+        if path := os.environ.get(SETTINGS_FILE_ENV, "").strip():
+            if not Path(path).is_file():
+                raise ValueError(
+                    f"{SETTINGS_FILE_ENV}={path} is not a readable file; give the JSON file of "
+                    "settings, or unset it"
+                )
+            sources.append(JsonConfigSettingsSource(settings_cls, json_file=Path(path)))
+        return (*sources, file_secret_settings)
 
     home: Path = Field(default_factory=lambda: Path.home() / ".dlaas")
     database_url: str = ""
@@ -96,6 +125,10 @@ class Settings(BaseSettings):
     agent_program_uid_base: int = Field(default=900_000, ge=1000)
     agent_program_uids: int = Field(default=10_000, ge=1)
     agent_work_dir: Path | None = None
+    # Stop every learner (SIGTERM, their checkpoints taken, SIGKILL after the agent's grace)
+    # when the agent itself is stopped: where the agent's end is the node's, as in a compose
+    # container, whose stop would otherwise kill the learners with no checkpoint.
+    agent_stop_learners_on_exit: bool = False
     # The `local` backend's one node, as the lifecycle manager reports it: its GPUs (pretend
     # ones: learners that ask for GPUs run on CPU, told so), their product name, its CPUs
     # and memory ("16GiB", "512Mi", bytes); by default what this machine has.
@@ -113,6 +146,8 @@ class Settings(BaseSettings):
     kube_namespace: str = "default"
     kube_learner_image: str = "dlaas-learner:0.1.0"
     kube_learner_gpu_image: str | None = None  # for learners with GPUs; default: the above
+    # The learner image's interpreter, absolute: learner pods run dlaas's Python with it.
+    kube_learner_python: str = "/usr/local/bin/python"
     kube_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     kube_node_selector: dict[str, str] = Field(default_factory=dict)  # JSON in the env
     kube_tolerations: list[dict[str, Any]] = Field(default_factory=list)  # JSON in the env

@@ -1,4 +1,5 @@
-"""Refuse at submission a job whose learner could run on no node of the cluster.
+"""Refuse at submission a job whose learner could run on no node of the cluster, or whose
+learners could never all run at once on the whole cluster.
 
 The nodes are those the lifecycle manager last published (`storage.cluster_nodes`); while it
 has published none, every job is accepted as before. A learner must fit one node whole: the
@@ -16,19 +17,16 @@ from api.errors import Invalid
 from api.manifest import Manifest
 from api.state import ApiState
 from storage.cluster_nodes import NodeCapacity, anodes
+from storage.counted import counted
 
 LOCAL_GPUS_HINT = "; the local node's GPUs are set on the lifecycle manager with DLAAS_LOCAL_GPUS"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _gpus(node: NodeCapacity) -> str:
     kind = [node.gpu_product, "pretend" if node.pretend_gpus else None]
     named = [part for part in dict.fromkeys(kind) if part]
     named_text = f" ({', '.join(named)})" if named and node.gpus else ""
-    return f"{_plural(node.gpus, 'GPU')}{named_text}"
+    return f"{counted(node.gpus, 'GPU')}{named_text}"
 
 
 def _cpus(millicpus: int) -> str:
@@ -61,10 +59,10 @@ def refusal(
     if not with_gpus:
         top = max(nodes, key=lambda node: node.gpus)
         return "gpus", (
-            f"{_plural(gpus, 'GPU')} per learner is more than any node has: the largest node "
+            f"{counted(gpus, 'GPU')} per learner is more than any node has: the largest node "
             f"has {_gpus(top)}; ask for at most {top.gpus} per learner"
         )
-    having = [_plural(gpus, "GPU")] if gpus else []
+    having = [counted(gpus, "GPU")] if gpus else []
     with_cpus = [node for node in with_gpus if node.millicpus >= millicpus]
     if not with_cpus:
         most = _cpus(max(node.millicpus for node in with_gpus))
@@ -76,6 +74,48 @@ def refusal(
             f"{_memory(memory)} of memory", having, f"{most} of memory", most
         )
     return None
+
+
+def learners_per_node(node: NodeCapacity, gpus: int, millicpus: int, memory: int) -> int:
+    """How many learners of this size one empty node holds."""
+    room = [node.gpus // gpus if gpus else None, node.millicpus // millicpus if millicpus else None]
+    room.append(node.memory // memory if memory else None)
+    known = [count for count in room if count is not None]
+    return min(known) if known else 0
+
+
+def most_learners(
+    nodes: Sequence[NodeCapacity], gpus: int, millicpus: int, memory: int
+) -> tuple[int, str | None]:
+    """How many learners of this size the whole cluster holds at once, and the GPU product
+    of the nodes that hold them: a gang with GPUs runs on nodes of one product."""
+    held: dict[str | None, int] = {}
+    for node in nodes:
+        product = node.gpu_product if gpus else None
+        held[product] = held.get(product, 0) + learners_per_node(node, gpus, millicpus, memory)
+    product, most = max(held.items(), key=lambda item: item[1], default=(None, 0))
+    return most, product
+
+
+def gang_refusal(
+    nodes: Sequence[NodeCapacity], learners: int, gpus: int, millicpus: int, memory: int
+) -> str | None:
+    """Why a gang of `learners` can never start on these nodes, all empty, with the fix;
+    None if it can (or no node is known)."""
+    if not nodes:
+        return None
+    most, product = most_learners(nodes, gpus, millicpus, memory)
+    if learners <= most:
+        return None
+    each = [counted(gpus, "GPU")] if gpus else []
+    each.append(_cpu_count(millicpus))
+    on = f"{product} " if product else ""
+    return (
+        f"{counted(learners, 'learner')} of {' and '.join(each)} each must run at once, and "
+        f"the cluster's {counted(len(nodes), 'node')} hold at most {most} such learners even "
+        f"with nothing else running ({on}nodes counted whole); ask for at most {most} "
+        "learners, or smaller learners"
+    )
 
 
 def _more_than_any(asked: str, having: Sequence[str], has: str, most: str) -> str:
@@ -91,8 +131,14 @@ async def check_fits(state: ApiState, manifest: Manifest) -> None:
     nodes = await anodes(state.redis)
     if not nodes:
         return
-    found = refusal(nodes, manifest.gpus, round(manifest.cpus * 1000), manifest.memory)
+    millicpus = round(manifest.cpus * 1000)
+    found = refusal(nodes, manifest.gpus, millicpus, manifest.memory)
     if found is None:
+        learners = manifest.elastic.min_learners if manifest.elastic else manifest.learners
+        too_many = gang_refusal(nodes, learners, manifest.gpus, millicpus, manifest.memory)
+        if too_many is not None:
+            field = "elastic.min_learners" if manifest.elastic else "learners"
+            raise Invalid(too_many, code="larger_than_cluster", field=field)
         return
     field, detail = found
     if field == "gpus" and state.settings.cluster_backend == "local":

@@ -3,9 +3,10 @@
 The candidates are the learner counts the job may run at (`elastic.min_learners` to
 `elastic.max_learners`, else 1 to `learners`), each at the global batches it may use: with
 an elastic batch range, its two ends, the powers of two inside it and the batch dlaas would
-pick (`Elastic.batch_for`), each giving every learner 1 to `max_learner_batch_size`
-samples; without a range, `performance.batch_size`. The work is bounded by the manifest's
-own bounds: at most 64 learners times 28 batches (a range holds 25 powers of two at most).
+pick (`Elastic.batch_for`), each rounded down to a multiple of the learners so that every
+learner takes the same whole share of 1 to `max_learner_batch_size` samples; without a
+range, `performance.batch_size`. The work is bounded by the manifest's own bounds: at most
+64 learners times 28 batches (a range holds 25 powers of two at most).
 `storage.job_plan.plan` predicts and recommends; nothing here is stored or read back.
 """
 
@@ -196,7 +197,8 @@ def global_batches(manifest: Manifest, learners: int) -> list[int]:
         choices.add(picked)
     cap = elastic.max_learner_batch_size
     most = high if cap is None else min(high, learners * cap)
-    return sorted(b for b in choices if learners <= b <= most)
+    whole = {b - b % learners for b in choices}  # every learner takes the same whole share
+    return sorted(b for b in whole if max(low, learners) <= b <= most)
 
 
 def shapes(manifest: Manifest) -> list[tuple[int, int]]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from learner_image.ps import failure, policy
+from learner_image.ps import failure, policy, sidecar
 from learner_image.ps.kernels import Kernel
 from learner_image.ps.layout import Mode, ModelLayout, OptimizerConfig
 from learner_image.ps.region import (
@@ -597,7 +597,7 @@ def supervise(argv: Sequence[str], exit_with: int | None = None) -> int:
         threading.Thread(target=_wait_exit, args=(exit_with,), daemon=True).start()
     backoff = 0.2
     while not stopping.is_set():
-        child = subprocess.Popen([sys.executable, "-m", "learner_image.ps.server", *child_argv])
+        child = subprocess.Popen([*sidecar.command(sys.executable), *child_argv])
         code = child.wait()
         if stopping.is_set() or code == 0:
             return code

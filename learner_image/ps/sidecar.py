@@ -12,8 +12,10 @@ its snapshots) and the way to its peers:
 - Kubernetes: `DLAAS_PS_PEERS` = `kubernetes_peers(...)` (the learners' names under the
   job's headless Service) and a container port `PORT`.
 
-The command is `dlaas-ps` (the local backend adds `--supervise`, restarting it as a
-kubelet restarts a sidecar container); everything else comes from the environment.
+The command is `command(interpreter)`, `dlaas-ps` run by an absolute interpreter in
+isolated mode (the local backend adds `--supervise`, restarting it as a kubelet restarts a
+sidecar container); everything else comes from the environment, which the backend builds
+from the learner's platform variables (never the user's environment).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from learner_image.ps.server_config import DEFAULT_PORT
 
-COMMAND = ("dlaas-ps",)
+MODULE = "learner_image.ps.server"
 PORT = DEFAULT_PORT
 SHM = Path("/dev/shm")
 SIDECAR_ENV = (
@@ -46,6 +48,12 @@ SIDECAR_ENV = (
     "LD_LIBRARY_PATH",
     "PYTHONUNBUFFERED",
 )
+
+
+def command(interpreter: str) -> list[str]:
+    """`dlaas-ps` as the platform starts it: `interpreter` (absolute) in isolated mode, so no
+    PYTHON* variable and nothing on the working directory decides the code it runs."""
+    return [interpreter, "-I", "-m", MODULE]
 
 
 def wanted(env: Mapping[str, str]) -> bool:

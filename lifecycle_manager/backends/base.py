@@ -47,6 +47,9 @@ class LearnerSpec:
     # Everything the learner needs that does not depend on where it runs; the backend adds
     # the placement-specific part (directories, MASTER_ADDR, MASTER_PORT).
     env: dict[str, str] = field(default_factory=dict)
+    # The user's environment (the manifest's `environment`): the backend hands it to the
+    # runner for the user's program alone, never to a process of the platform.
+    program_env: dict[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
     # The node the learner must run on (a scheduler's placement); None: wherever the
     # cluster puts it. The local backend has one node and ignores it.

@@ -1,5 +1,8 @@
 """From a job's manifest to the learners a backend creates: command, environment, resources.
 
+A spec's `env` is the platform's alone; the manifest's `environment` is its `program_env`,
+which reaches the user's program and no process of the platform (`learner_image.runner`).
+
 Pure. The manifest is the normalized dict the API stored (memory in bytes, `checkpoint`
 with `interval_s` and `keep`); missing blocks take the API's defaults.
 """
@@ -10,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from learner_image.runner_config import RUNNER_COMMAND
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.decisions.restart_policy import RestartPolicy
 from storage import job_redis_users, training_data
@@ -18,7 +22,7 @@ from storage.metric_regexes import metric_regexes
 from storage.settings import Settings
 from storage.training_data import training_data_store
 
-RUNNER = "dlaas-learner"
+RUNNER = RUNNER_COMMAND
 DEFAULT_CHECKPOINT_INTERVAL = 30.0
 DEFAULT_CHECKPOINT_KEEP = 2
 
@@ -120,8 +124,8 @@ def learner_specs(
     keep = int(checkpoint.get("keep", DEFAULT_CHECKPOINT_KEEP))
     limits = resources(manifest)
     user_env = manifest.get("environment") or {}
-    common = {str(key): str(value) for key, value in dict(user_env).items()}
-    common.update(storage_env(settings, job_id, job_token))
+    user = {str(key): str(value) for key, value in dict(user_env).items()}
+    common = storage_env(settings, job_id, job_token)
     common.update(
         {
             "TRAINING_ID": job_id,
@@ -154,6 +158,8 @@ def learner_specs(
                 num_learners=num_learners,
                 command=[*argv, "--", command],
                 env=env,
+                # what dlaas sets for the learner, the user's environment does not replace
+                program_env={k: v for k, v in user.items() if k not in env},
                 resources=limits,
             )
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob, optimize
+from storage.counted import counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ def autoscale(sizings: Sequence[Sizing], gpus: int, resize_cost_s: float) -> lis
 
 def _start_reason(new: Choice) -> str:
     return (
-        f"starts with {new.learners} learners and a global batch of {new.global_batch} "
+        f"starts with {counted(new.learners, 'learner')} and a global batch of {new.global_batch} "
         f"({new.throughput:,.0f} samples/s expected)"
     )
 
@@ -82,7 +83,11 @@ def _resize_reason(old: Choice, new: Choice, before: float, after: float) -> str
         return grows + (
             f"expected to end in {after:,.0f} s rather than {before:,.0f} s, the restart included"
         )
+    return shrink_reason(old, new, "other jobs start or grow")
+
+
+def shrink_reason(old: Choice, new: Choice, so_that: str) -> str:
     return (
-        f"shrinks from {old.learners} to {new.learners} learners (global batch "
-        f"{old.global_batch} -> {new.global_batch}) so that other jobs start or grow"
+        f"shrinks from {old.learners} to {counted(new.learners, 'learner')} (global batch "
+        f"{old.global_batch} -> {new.global_batch}) so that {so_that}"
     )

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from lifecycle_manager.scheduler.autoscale import Sizing, autoscale
+from lifecycle_manager.scheduler.autoscale import Sizing, autoscale, shrink_reason
 from lifecycle_manager.scheduler.decisions import SchedulePass, WaitCause
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob
 from lifecycle_manager.scheduler.model import ClusterSnapshot, Gang, PendingJob, RunningJob
@@ -88,14 +88,17 @@ def _free_units(free: FreeCapacity, gpus: bool) -> int:
     return sum(max(m, 0) for m in free.millicpus) // 1000
 
 
-def _first_waiting_need(snapshot: ClusterSnapshot, decided: SchedulePass, gpus: bool) -> int:
-    """The units the first job waiting for room of this kind needs (0: none waits)."""
+def _first_waiting_need(
+    snapshot: ClusterSnapshot, decided: SchedulePass, gpus: bool
+) -> tuple[int, str | None]:
+    """The units the first job waiting for room of this kind needs, and its id (0 and
+    None: none waits)."""
     pending = {job.id: job.gang for job in snapshot.pending}
     for waiting in decided.waiting:
         gang = pending.get(waiting.job_id)
         if waiting.cause in _ROOM_CAUSES and gang is not None and bool(gang.gpus) == gpus:
-            return gang.learners * _unit(gang)
-    return 0
+            return gang.learners * _unit(gang), waiting.job_id
+    return 0, None
 
 
 def _quota_need(gang: Gang, product: str | None) -> Need:
@@ -151,10 +154,8 @@ def _shrink(free: FreeCapacity, job: RunningJob, old: Choice, new: Choice, reaso
 
 
 def _quota_reason(old: Choice, new: Choice, waiter: PendingJob) -> str:
-    return (
-        f"shrinks from {old.learners} to {new.learners} learners (global batch "
-        f"{old.global_batch} -> {new.global_batch}) so that job {waiter.id} of the same team "
-        "starts within the team's quota"
+    return shrink_reason(
+        old, new, f"job {waiter.id} of the same team starts within the team's quota"
     )
 
 
@@ -259,7 +260,7 @@ def elastic_pass(
         held = sum(s.gpus(job.current) for s, job in zip(sized, kind, strict=True))
         smallest = sum(s.gpus(min(s.choices, key=lambda c: c.learners)) for s in sized)
         room = _free_units(free, gpus)
-        need = _first_waiting_need(snapshot, decided, gpus)
+        need, waiter_id = _first_waiting_need(snapshot, decided, gpus)
         if need == 0:
             capacity = held + room
         elif smallest + need <= held + room:
@@ -276,9 +277,10 @@ def elastic_pass(
         grows = [r for r in decided_sizes if r.old is not None and r.new.learners >= r.old.learners]
         for change in shrinks:
             assert change.old is not None
-            resizes.append(
-                _shrink(free, running[change.job_id], change.old, change.new, change.reason)
-            )
+            reason = change.reason
+            if waiter_id is not None and capacity < held:
+                reason = shrink_reason(change.old, change.new, f"job {waiter_id} starts")
+            resizes.append(_shrink(free, running[change.job_id], change.old, change.new, reason))
         for change in grows:
             assert change.old is not None
             holding = running[change.job_id]

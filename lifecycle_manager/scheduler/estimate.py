@@ -27,7 +27,8 @@ def estimated_starts(
 
     `free`: each pool's free amount now; `releases`: (pool, end, amount) of the jobs
     holding room (end math.inf when unknown); `asks`: (pool, amount, estimated runtime,
-    a start worked out already, such as a reservation's) of each waiting job. Pools are
+    the earliest it can start, such as a reservation's or when quota lets it; math.inf:
+    never known) of each waiting job. Pools are
     independent, so each is played forward on its own."""
     ends: dict[str, list[tuple[float, int]]] = {}
     for pool, end, amount in releases:
@@ -52,6 +53,8 @@ def estimated_starts(
                     clock = end
             if have < amount:
                 break  # room that never frees: no later job of the pool gets an estimate
+            if known is not None and math.isinf(known):
+                continue  # held back by what has no estimated end: no estimate, no room taken
             have -= amount
             if known is not None and known > clock:
                 clock = known

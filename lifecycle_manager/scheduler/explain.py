@@ -11,6 +11,7 @@ from lifecycle_manager.scheduler.amounts import (
 )
 from lifecycle_manager.scheduler.model import Gang, RunningJob
 from lifecycle_manager.scheduler.quota import CPUS, JOBS, MEMORY, QuotaBlock
+from storage.counted import counted
 
 Quantity = int | float
 
@@ -61,13 +62,21 @@ def team_hold_reason(holder: str, block: QuotaBlock) -> str:
     )
 
 
+def _jobs_held(team: str, used: float, nominal: float) -> str:
+    """e.g. "team ta runs 2 jobs at once, 1 of them borrowed beyond its quota of 1"."""
+    running = f"{team} runs {counted(round(used), 'job')} at once"
+    if used > nominal:
+        return f"{running}, {used - nominal:g} of them borrowed beyond its quota of {nominal:g}"
+    return f"{running}, as many as its quota of {counted(round(nominal), 'concurrent job')} allows"
+
+
 def quota_reason(gang: Gang, block: QuotaBlock) -> str:
     """e.g. "needs 4 GPUs (A100); team vision has 2 of its 8 free, borrowing limit reached"."""
     team = f"team {block.team}"
     nominal, used = block.nominal, block.used
     free = max(nominal - used, 0)
     if block.resource == JOBS:
-        have = f"{team} has {used:g} of its {nominal:g} concurrent jobs running"
+        have = _jobs_held(team, used, nominal)
     elif block.resource in (CPUS, MEMORY):
         have = (
             f"needs {_needs(gang, block)}; {team} has {_amount(block.resource, free)} of its "

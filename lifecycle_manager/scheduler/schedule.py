@@ -546,6 +546,22 @@ class _Pass:
                 releases.append(release)
         return releases
 
+    def _known_start(
+        self, job: PendingJob, cause: WaitCause, heads: dict[str, float | None]
+    ) -> float | None:
+        """The earliest a waiting job can start whatever room is free: a job held back by
+        quota waits for a running job of its team (or, with no idle quota to borrow, any
+        running job) to end; math.inf when none has an estimated end."""
+        if cause not in (WaitCause.TEAM_QUOTA, WaitCause.NO_IDLE_QUOTA):
+            return heads.get(job.id)
+        team_only = cause is WaitCause.TEAM_QUOTA
+        ends = [
+            self._running_end(running)
+            for running in self.cluster.running
+            if not team_only or running.team == job.team
+        ]
+        return min(ends, default=math.inf)
+
     def _running_end(self, job: RunningJob) -> float:
         """When a running job's room is free, for planning: now for one already stopping."""
         return _end_after(self.now if job.stopping else job.estimated_end(), self.now)
@@ -601,7 +617,7 @@ class _Pass:
                     facts.pools[product],
                     facts.amount,
                     job.estimated_runtime_s,
-                    now if cause is preempting else heads.get(job.id),
+                    now if cause is preempting else self._known_start(job, cause, heads),
                 )
                 for job, facts, cause, _, product in waiting
             ],

@@ -29,6 +29,7 @@ def stepper_manifest(
     step_delay: float = 0.02,
     checkpoint_mb: int = 0,
     term_grace: float = 0.0,
+    checkpoint_on_term: bool = False,
     interval_s: float = 1.0,
     keep: int = 2,
     max_restarts: int = 12,
@@ -41,6 +42,8 @@ def stepper_manifest(
         command += f" --checkpoint-mb {checkpoint_mb}"
     if term_grace:
         command += f" --term-grace {term_grace}"
+    if checkpoint_on_term:
+        command += " --checkpoint-on-term"
     if result_mb:
         command += f" --result-mb {result_mb}"
     path = directory / f"{name}.yml"

@@ -108,7 +108,7 @@ def test_an_elastic_job_grows_and_shrinks_while_it_trains(
     ).stdout.strip()
     shrunk = platform.wait_for(job, "the shrink to 1 learner", _running_at(1, 2), 240)
     shrink = _resizes(shrunk)[1]
-    assert "shrinks from 2 to 1 learners" in shrink["reason"], shrink
+    assert "shrinks from 2 to 1 learner " in shrink["reason"], shrink
     waited = platform.dlaas("wait", waiter, "--timeout", "180", timeout=200)
     assert waited.returncode == 0, waited.stdout + waited.stderr
 

@@ -28,6 +28,9 @@ def test_the_home_and_every_file_holding_a_secret_are_the_owners_alone(
     assert mode(home) == 0o700
     for secret in ("client.json", "platform.json", "agent-token", "redis/redis.conf"):
         assert mode(home / secret) == 0o600, secret
+    assert mode(home / "settings") == 0o700
+    for service in ("api", "agent", "worker", "monitor"):
+        assert mode(home / "settings" / f"{service}.json") == 0o600, service
     assert mode(home / "logs") == 0o700
     logs = list((home / "logs").glob("*.log"))
     assert {path.name for path in logs} >= {"api.log", "agent.log", "redis.log", "worker.log"}
@@ -56,6 +59,17 @@ def test_no_command_line_or_service_log_shows_the_platforms_secrets(platform: Pl
     for log in (platform.home / "logs").glob("*.log"):
         text = log.read_text(errors="replace")
         assert not [s for s in secrets if s in text], log.name
+
+
+def test_no_services_environment_holds_the_platforms_secrets(platform: Platform) -> None:
+    """A service's environment is inherited by what it starts (the node agent starts every
+    job's runner) and shown in /proc/<pid>/environ: the secrets are in 0600 files."""
+    record = platform.record()
+    secrets = [urlsplit(record.redis_url).password or "", platform.token]
+    secrets.append(record.agent_headers()["Authorization"].removeprefix("Bearer "))
+    for name, pid in record.pids.items():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        assert not [s for s in secrets if s in environ], name
 
 
 def test_its_node_agent_answers_only_its_token_on_its_own_address(platform: Platform) -> None:

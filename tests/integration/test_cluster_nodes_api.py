@@ -122,7 +122,7 @@ async def test_a_learner_larger_than_every_node_is_refused_naming_the_field(
 
 async def test_a_learner_that_fits_a_node_is_accepted(kube_api: Harness) -> None:
     await publish(kube_api, NODES)
-    fits = await submit(kube_api.admin, manifest(gpus=8, cpus=96, memory="1Ti"))
+    fits = await submit(kube_api.admin, gang(1, "gpus: 8\ncpus: 96\nmemory: 1Ti\n"))
     assert fits.status_code == 201, fits.text
     # Each learner fits a node of its own; two need not fit one.
     fits = await submit(kube_api.admin, manifest(gpus=4, cpus=3.5, memory="64Gi"))
@@ -149,3 +149,53 @@ async def test_the_local_nodes_missing_gpus_name_the_setting_that_pretends_them(
         "at most 0 per learner; the local node's GPUs are set on the lifecycle manager with "
         "DLAAS_LOCAL_GPUS"
     )
+
+
+def gang(learners: int, asks: str) -> bytes:
+    return f"name: gang\nlearners: {learners}\n{asks}framework:\n  command: python t.py\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("manifest_text", "field", "detail"),
+    [
+        (
+            # gpu-a holds 8 such learners, gpu-b 4 (A100 both): 12 at most
+            gang(13, "gpus: 1\ncpus: 0.25\nmemory: 1Gi\n"),
+            "learners",
+            "13 learners of 1 GPU and 0.25 CPUs each must run at once, and the cluster's 3 "
+            "nodes hold at most 12 such learners even with nothing else running (A100 nodes "
+            "counted whole); ask for at most 12 learners, or smaller learners",
+        ),
+        (
+            # CPUs bound it: gpu-a 48, gpu-b 1, cpu-a 2
+            gang(52, "cpus: 2\nmemory: 1Gi\n"),
+            "learners",
+            "52 learners of 2 CPUs each must run at once, and the cluster's 3 nodes hold at "
+            "most 51 such learners even with nothing else running (nodes counted whole); ask "
+            "for at most 51 learners, or smaller learners",
+        ),
+        (
+            gang(4, "gpus: 4\nelastic: {min_learners: 4, max_learners: 8}\n"),
+            "elastic.min_learners",
+            "4 learners of 4 GPUs and 1 CPU each must run at once, and the cluster's 3 nodes "
+            "hold at most 3 such learners even with nothing else running (A100 nodes counted "
+            "whole); ask for at most 3 learners, or smaller learners",
+        ),
+    ],
+    ids=["gpus", "cpus", "elastic"],
+)
+async def test_a_gang_larger_than_the_whole_cluster_is_refused_naming_the_field(
+    kube_api: Harness, manifest_text: bytes, field: str, detail: str
+) -> None:
+    await publish(kube_api, NODES)
+    refused = await submit(kube_api.admin, manifest_text)
+    assert refused.status_code == 422, refused.text
+    assert refused.json() == {"error": "larger_than_cluster", "detail": detail, "field": field}
+    assert (await kube_api.admin.get("/v2/jobs")).json()["jobs"] == []
+
+
+async def test_a_gang_the_whole_cluster_holds_at_once_is_accepted(kube_api: Harness) -> None:
+    await publish(kube_api, NODES)
+    for fits in (gang(12, "gpus: 1\ncpus: 0.25\nmemory: 1Gi\n"), gang(51, "cpus: 2\n")):
+        accepted = await submit(kube_api.admin, fits)
+        assert accepted.status_code == 201, accepted.text

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import stat
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +35,12 @@ def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
     environ = {"PATH": "/usr/bin", "DLAAS_HOME": "/elsewhere"}
     argv, env = embedded.service_command(record, "api", token="t0ken", environ=environ)
     assert argv == [sys.executable, "-m", "api", "--port", "18470"]
-    assert env["DLAAS_ADMIN_TOKEN"] == "t0ken"
     assert (env["DLAAS_HOME"], env["PATH"]) == (str(tmp_path), "/usr/bin")
-    assert env["DLAAS_REDIS_URL"] == record.redis_url
+    assert env["DLAAS_SETTINGS_FILE"] == str(tmp_path / "settings" / "api.json")
+    assert embedded.service_settings(record, "api", token="t0ken") == {
+        "redis_url": record.redis_url,
+        "admin_token": "t0ken",
+    }
     assert env["DLAAS_AGENT_URL"] == record.agent_url
     agent, _ = embedded.service_command(record, "agent", token="t", environ={})
     assert agent[-6:] == [
@@ -49,7 +54,7 @@ def test_each_service_runs_on_the_recorded_addresses(tmp_path: Path) -> None:
     redis, redis_env = embedded.service_command(record, "redis", token="t", environ={})
     assert redis[redis.index("--port") + 1] == "16479"
     assert redis[redis.index("--dir") + 1] == str(tmp_path / "redis")
-    assert "DLAAS_ADMIN_TOKEN" not in redis_env
+    assert "DLAAS_ADMIN_TOKEN" not in redis_env and "DLAAS_SETTINGS_FILE" not in redis_env
     for name in ("worker", "monitor"):
         command, _ = embedded.service_command(record, name, token="t", environ={})
         assert command[-1] == f"lifecycle_manager.entrypoints.{name}"
@@ -62,7 +67,9 @@ def test_only_the_agent_and_the_lifecycle_manager_get_the_agents_token(tmp_path:
     for name in embedded.SERVICES:
         _argv, env = embedded.service_command(record, name, token="t0ken", environ=environ)
         assert "DLAAS_AGENT_TOKEN" not in env
-        assert env.get("DLAAS_ADMIN_TOKEN") == ("t0ken" if name == "api" else None)
+        assert "DLAAS_ADMIN_TOKEN" not in env  # in the API's settings file
+        admin = embedded.service_settings(record, name, token="t0ken").get("admin_token")
+        assert admin == ("t0ken" if name == "api" else None)
         wanted = str(tmp_path / "agent-token") if name in ("agent", "worker", "monitor") else None
         assert env.get("DLAAS_AGENT_TOKEN_FILE") == wanted, name
 
@@ -88,6 +95,37 @@ def test_the_private_redis_requires_its_password_which_no_command_line_shows(
         assert password not in Path(f"/proc/{pid}/cmdline").read_text()
         config = tmp_path / "redis" / embedded.REDIS_CONFIG
         assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    finally:
+        embedded.stop(tmp_path)
+
+
+def test_a_service_reads_the_platforms_secrets_from_its_0600_file_not_its_environment(
+    tmp_path: Path,
+) -> None:
+    """The node agent (which starts every job's runner) reaches the private Redis with the
+    password from its settings file; its environment, which its children would inherit and
+    `/proc/<pid>/environ` shows, holds none of it, nor does the caller's own Redis URL win."""
+    password = secrets.token_hex(32)
+    record = _record(tmp_path)
+    record.redis_url = f"redis://:{password}@127.0.0.1:{free_port()}/0"
+    record.agent_url = f"http://127.0.0.1:{free_port()}"
+    record.pids = {}
+    record.save()
+    private_dir(tmp_path / "logs")
+    write_private(record.agent_token_path, secrets.token_urlsafe(32) + "\n")
+    environ = {**os.environ, "DLAAS_REDIS_URL": "redis://127.0.0.1:1/0"}
+    try:
+        embedded.start_service(tmp_path, "redis", environ={})
+        agent = embedded.start_service(tmp_path, "agent", environ=environ)  # answers healthz
+        settings_file = tmp_path / "settings" / "agent.json"
+        assert stat.S_IMODE(settings_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(settings_file.parent.stat().st_mode) == 0o700
+        seen = Path(f"/proc/{agent}/environ").read_bytes()
+        assert password.encode() not in seen and b"DLAAS_REDIS_URL=" not in seen
+        deadline = time.monotonic() + 30
+        while "not reported" in embedded.job_isolation(record):  # its report, in Redis
+            assert time.monotonic() < deadline, (tmp_path / "logs" / "agent.log").read_text()
+            time.sleep(0.05)
     finally:
         embedded.stop(tmp_path)
 

@@ -648,3 +648,33 @@ def test_workers_may_scale_on_cpu_alone_where_no_metrics_adapter_runs(helm: Any)
     assert metric["resource"]["name"] == "cpu"
     for version in VERSIONS:
         kubernetes_validate.validate(hpa, version, strict=True)
+
+
+def _external_s3(**s3: Any) -> dict[str, Any]:
+    values = merged(SECRETS, {"s3": {"enabled": False, "endpoint": "https://s3.amazonaws.com"}})
+    values["s3"].update(s3)
+    return {**values, "s3": {k: v for k, v in values["s3"].items() if v is not None}}
+
+
+def test_an_external_stores_access_key_id_is_taken_as_it_is(helm: Any) -> None:
+    aws_key_id = "AKIAIOSFODNN7EXAMPLE"  # 20 characters: an identifier, not a secret
+    objects = by_kind(render(helm, _external_s3(accessKey=aws_key_id)))
+    assert objects[("Secret", RELEASE)]["stringData"]["DLAAS_S3_ACCESS_KEY"] == aws_key_id
+    # its secret key is still a secret, and still checked
+    message = refusal(helm, _external_s3(accessKey=aws_key_id, secretKey="short"))
+    assert "s3.secretKey is shorter than 32 characters" in message
+    message = refusal(helm, _external_s3(accessKey=None))
+    assert "s3.accessKey is empty" in message and "s3.workloadIdentity" in message
+
+
+def test_external_s3_through_workload_identity_needs_no_static_keys(helm: Any) -> None:
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/dlaas"}
+    values = _external_s3(accessKey=None, secretKey=None, workloadIdentity=role)
+    objects = by_kind(render(helm, values))
+    secret = objects[("Secret", RELEASE)]["stringData"]
+    assert "DLAAS_S3_ACCESS_KEY" not in secret and "DLAAS_S3_SECRET_KEY" not in secret
+    for account in (f"{RELEASE}-api", f"{RELEASE}-lifecycle-manager"):
+        annotations = objects[("ServiceAccount", account)]["metadata"]["annotations"]
+        assert annotations == role, account
+    message = refusal(helm, merged(SECRETS, {"s3": {"workloadIdentity": role}}))
+    assert "s3.workloadIdentity is for an external S3 store" in message

@@ -128,7 +128,8 @@ async def test_deploy_creates_the_secret_service_and_a_pod_per_learner(
     assert ps["restartPolicy"] == "Always"
     domain = f"{root}.{namespace}.svc"
     assert ps["command"] == [
-        "dlaas-ps", "--job", job_id, "--region", "/dev/shm/dlaas-ps",
+        "/usr/local/bin/python", "-I", "-m", "learner_image.ps.server",
+        "--job", job_id, "--region", "/dev/shm/dlaas-ps",
         "--mode", "bounded", "--staleness", "4", "--rank", "1", "--world", "2",
         "--listen", "0.0.0.0:7070",
         "--peers", f"learner-1.{domain}:7070,learner-2.{domain}:7070",

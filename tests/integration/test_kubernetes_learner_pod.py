@@ -4,7 +4,8 @@ containers as local processes (each with its own environment, each in a PID name
 its own, the pod's volumes as shared local directories). The runners reach the job's objects
 through the API's gateway with the job's token, as in a cluster.
 
-- A job runs to COMPLETED with its log, metrics, checkpoint and results stored.
+- A job runs to COMPLETED with its log, metrics, checkpoint and results stored, its
+  program given the manifest's environment.
 - A pod sent SIGTERM stops its program; its committed checkpoint and log are still stored,
   its exit report says stopped, and the job resumes from that checkpoint.
 - A program that looks for credentials (its environment, every process's environment it
@@ -48,6 +49,7 @@ for step in range(3):
     print(json.dumps({"dlaas_metric": True, "step": step, "loss": 1.0 / (step + 1)}), flush=True)
 save_checkpoint(lambda: b"weights", step=3, blocking=True)
 pathlib.Path(os.environ["RESULT_DIR"], "model.txt").write_text("trained\\n")
+print("greeting:", os.environ["GREETING"], flush=True)
 print("done training", flush=True)
 """
 
@@ -81,7 +83,12 @@ def pod_dir(tmp_path: Path, job_id: str, attempt: int) -> Path:
 async def test_a_job_runs_to_completed_with_its_output_stored_by_the_helpers(
     kube_ctx: Context, emulator: RunningEmulator, namespace: str, tmp_path: Path, gateway: None
 ) -> None:
-    job_id = await make_job(kube_ctx, "python train.py", checkpoint={"interval_s": 1, "keep": 2})
+    job_id = await make_job(
+        kube_ctx,
+        "python train.py",
+        checkpoint={"interval_s": 1, "keep": 2},
+        environment={"GREETING": "from the manifest"},
+    )
     kube_ctx.objects.put_bytes(f"jobs/{job_id}/model.zip", model_zip({"train.py": TRAIN}))
     with Kubelet(emulator.url, namespace, run_commands=True, workdir=tmp_path / "pods"):
         async with pod_watcher(kube_ctx):
@@ -93,6 +100,7 @@ async def test_a_job_runs_to_completed_with_its_output_stored_by_the_helpers(
     objects = kube_ctx.objects
     log = objects.get_bytes(f"jobs/{job_id}/logs/learner-1.log").decode()
     assert "done training" in log
+    assert "greeting: from the manifest" in log  # the user's environment, in the program
     points = objects.get_bytes(f"jobs/{job_id}/metrics/learner-1.jsonl").decode().splitlines()
     assert [json.loads(point)["step"] for point in points] == [0, 1, 2]
     assert objects.exists(f"jobs/{job_id}/checkpoints/ckpt-000000000003/COMMITTED")

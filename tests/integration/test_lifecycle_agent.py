@@ -238,13 +238,17 @@ def test_a_delete_up_to_an_attempt_spares_the_newer_ones(agent: Agent) -> None:
 
 
 def test_delete_kills_after_the_grace_what_ignores_sigterm(
-    agent: Agent, redis_client: redis.Redis
+    agent: Agent, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     job = new_job()
     after = stream_end(redis_client)
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
-    pid = put(agent, job, 1, [PY, "-c", stubborn]).json()["pid"]
-    time.sleep(0.3)
+    ignoring = tmp_path / "ignoring"
+    stubborn = (
+        "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
+    )
+    pid = put(agent, job, 1, [PY, "-c", stubborn, str(ignoring)]).json()["pid"]
+    wait_for(ignoring.exists, "the program to ignore SIGTERM")
     started = time.monotonic()
     answer = agent.http.delete(f"/jobs/{job}", params={"wait": 10}, timeout=15).json()
     assert answer["gone"] is True
@@ -484,3 +488,31 @@ def test_the_agent_refuses_to_start_without_a_strong_token(
     assert done.returncode == 2
     assert refusal in done.stderr
     assert "openssl rand -hex 32" in done.stderr or "DLAAS_AGENT_TOKEN_FILE" in done.stderr
+
+
+def test_an_agent_told_to_stops_its_learners_on_exit_before_it_exits(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Where the agent's end is the node's (a compose container), its learners get their
+    SIGTERM, and the time to checkpoint, before it goes."""
+    port, token = services.free_port(), secrets.token_hex(32)
+    argv = [PY, "-m", "lifecycle_manager.backends.local.node_agent", "--port", str(port)]
+    argv += ["--root", "root", "--grace", "20"]
+    env = _agent_env(
+        tmp_path, redis_url, DLAAS_AGENT_TOKEN=token, DLAAS_AGENT_STOP_LEARNERS_ON_EXIT="true"
+    )
+    process = services.start_process("agent", argv, tmp_path, env=env)
+    agent = Agent(f"http://127.0.0.1:{port}", tmp_path / "root", process, token)
+    marker = tmp_path / "checkpointed"
+    trap = f"trap 'sleep 0.5; echo done > {marker}; exit 143' TERM; while :; do sleep 0.1; done"
+    try:
+        services.wait_until(lambda: agent.http.get("/healthz").is_success, process, 30, "up")
+        learner = put(agent, new_job(), 1, ["sh", "-c", trap]).json()
+        wait_for(lambda: agent.learners()[0]["phase"] == "Running", "the learner to run")
+        process.proc.send_signal(signal.SIGTERM)  # the agent alone, as a container stop does
+        process.proc.wait(30)  # uvicorn ends by the signal it stopped on
+        assert marker.read_text() == "done\n"
+        assert gone(learner["pid"])
+    finally:
+        process.stop()
+        agent.http.close()

@@ -143,7 +143,7 @@ async def test_a_grown_job_shrinks_so_that_a_waiting_job_starts(ctx: Context, ag
     row = await load(ctx, elastic)
     assert (row.state, row.learners, row.attempt, row.restarts) == (JobState.DEPLOYING, 1, 2, 0)
     [why] = await _reasons(ctx, elastic, "resizing")
-    assert why.startswith("shrinks from 2 to 1 learners"), why
+    assert why.startswith("shrinks from 2 to 1 learner "), why
 
     await operations.schedule_jobs(ctx)  # the next pass admits the waiting job
     assert (await load(ctx, waiting)).state == JobState.DEPLOYING

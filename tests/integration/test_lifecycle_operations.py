@@ -158,7 +158,9 @@ async def test_deploy_creates_every_learner_with_its_environment(
                 as_learner.xadd(streams.LEARNER_EVENTS, {"job": "another"})
         finally:
             as_learner.close()
-        assert env["LR"] == "0.5"
+        # The user's environment reaches the runner only as data for its program.
+        assert "LR" not in env
+        assert json.loads(env["DLAAS_PROGRAM_ENV"]) == {"LR": "0.5"}
         assert env["CHECKPOINT_DIR"].endswith(
             f"/jobs/{job_id}/learner-{learner}/a1/program/checkpoints"
         )

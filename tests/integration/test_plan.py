@@ -71,12 +71,13 @@ async def test_an_elastic_job_is_planned_over_its_learners_and_batch_range(api: 
     assert body["calibration"] is None
     assert (body["samples"], body["ranked_by"]) == (6_000_000, "time_to_finish")
 
-    # the ends of 48..512 and the powers of two in it, at most 128 a learner
+    # the ends of 48..512 and the powers of two in it, at most 128 a learner, each
+    # rounded down to whole equal shares
     shapes = [(c["learners"], c["global_batch"]) for c in body["candidates"]]
     assert shapes == [
         *((1, b) for b in (48, 64, 128)),
         *((2, b) for b in (48, 64, 128, 256)),
-        *((3, b) for b in (48, 64, 128, 256, 384)),
+        *((3, b) for b in (48, 63, 126, 255, 384)),
         *((4, b) for b in (48, 64, 128, 256, 512)),
     ]
 
@@ -233,3 +234,25 @@ async def test_a_plan_needs_a_token(api: Harness) -> None:
     async with api.client("dlaas_not-a-token") as stranger:
         refused = await stranger.post("/v2/plan", content=FIXED, headers=YAML)
     assert refused.status_code == 401
+
+
+async def test_every_planned_learner_takes_a_whole_share_and_efficiency_only_falls(
+    api: Harness,
+) -> None:
+    manifest = FRAMEWORK + (
+        b"elastic: {min_learners: 1, max_learners: 16, min_batch_size: 16, "
+        b"max_batch_size: 256}\n"
+        b"performance: {sample_seconds: 0.002, step_overhead_seconds: 0.01, "
+        b"model_bytes: 50000000, samples: 6000000}\n"
+    )
+    answer = await api.admin.post("/v2/plan", content=manifest, headers=YAML)
+    assert answer.status_code == 200, answer.text
+    candidates = answer.json()["candidates"]
+    assert all(c["global_batch"] % c["learners"] == 0 for c in candidates)
+    assert all(float(c["learner_batch"]).is_integer() for c in candidates)
+    # at the largest batch each count may use, more learners never scale better
+    largest = {}
+    for c in candidates:
+        largest[c["learners"]] = c["scaling_efficiency"]
+    efficiencies = [largest[n] for n in sorted(largest)]
+    assert efficiencies == sorted(efficiencies, reverse=True), efficiencies

@@ -9,7 +9,7 @@ import pytest
 from storage.calibration import Calibration
 from storage.job_states import JobState
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
-from tests.integration.api_harness import Harness, calibration_job
+from tests.integration.api_harness import MODEL_ZIP, Harness, calibration_job
 
 YAML = {"content-type": "application/yaml"}
 FRAMEWORK = b"""
@@ -105,7 +105,7 @@ async def test_a_calibration_of_the_team_serves_its_viewers_and_no_one_else(
             "/v2/jobs",
             files={
                 "manifest": ("manifest.yml", FRAMEWORK, "application/x-yaml"),
-                "model": ("model.zip", b"PK\x05\x06" + b"\0" * 18, "application/zip"),
+                "model": ("model.zip", MODEL_ZIP, "application/zip"),
             },
             data={"team": team},
         )

@@ -6,9 +6,10 @@ set Running at once (Pending first). With `run_commands`, the pod's containers r
 processes, as a kubelet runs them: its init containers one after the other (native
 sidecars, such as the parameter server, are not run), then its containers side by side,
 each with its own environment resolved (Secret references included; MASTER_ADDR=127.0.0.1
-with a port per job), each volume a local directory under `workdir/<pod>/volumes/` at the
-paths its container mounts it (environment values and the working directory under a mount
-path made local, the termination message file too), each in a PID namespace of its own
+with a port per job), the learner image's interpreter in its command this machine's, each
+volume a local directory under `workdir/<pod>/volumes/` at the paths its container mounts
+it (environment values and the working directory under a mount path made local, the
+termination message file too), each in a PID namespace of its own
 (`unshare`, where the machine allows it), so a container's processes see no other's
 `/proc`. A failed init container fails the pod with its exit code and message; once every
 container ended, the pod is Succeeded or Failed with each container's exit code and
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
+
+from lifecycle_manager.backends.kubernetes.manifests import LEARNER_PYTHON
 
 TERMINATION_MESSAGE = "termination-log"  # a container's terminationMessagePath, made local
 # What a pod is taken to hold when the test made its status by hand and the kubelet has not
@@ -341,7 +344,7 @@ class Kubelet:
             Path(cwd).mkdir(parents=True, exist_ok=True)
             output = root / f"{container['name']}.output.log"
             process = subprocess.Popen(
-                [*isolation(), *container["command"]],
+                [*isolation(), *_local_command(container["command"])],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -434,6 +437,14 @@ class Kubelet:
 
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _local_command(command: Sequence[str]) -> list[str]:
+    """A container's command with the learner image's interpreter made this machine's (as
+    the image's code is this checkout's)."""
+    if command and command[0] == LEARNER_PYTHON:
+        return [sys.executable, *command[1:]]
+    return list(command)
 
 
 def _local(value: str, mounts: Mapping[str, str]) -> str | None:

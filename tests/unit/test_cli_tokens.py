@@ -24,11 +24,20 @@ def test_durations_read_as_seconds(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "30", "d", "0d", "-1d", "1.5h", "30 days", "1y"])
+@pytest.mark.parametrize("text", ["", "30", "d", "-1d", "1.5h", "30 days", "1y"])
 def test_a_duration_that_is_not_one_names_the_option(text: str) -> None:
     with pytest.raises(CliError) as refusal:
         parse_duration(text)
     assert "--expires-in" in refusal.value.message and "30d" in refusal.value.message
+
+
+@pytest.mark.parametrize("text", ["0s", "0d", "000h"])
+def test_a_zero_duration_is_refused_as_zero_not_as_no_duration(text: str) -> None:
+    with pytest.raises(CliError) as refusal:
+        parse_duration(text)
+    message = refusal.value.message
+    assert "is not a duration" not in message, message
+    assert "above zero" in message and "--expires-in" in message
 
 
 def test_the_default_name_is_a_valid_name() -> None:

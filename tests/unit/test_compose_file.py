@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from cli.secrets import COMPOSE_SECRETS
+from lifecycle_manager.backends.local.node_agent import LEARNER_GRACE_S
 from storage.settings import Settings
 from tests.compose_file import (
     COMPOSE,
@@ -110,6 +111,7 @@ def test_the_agent_gets_no_database_or_storage_credentials_and_no_published_port
         "DLAAS_AGENT_BIND",
         "DLAAS_AGENT_ALLOWED_HOSTS",
         "DLAAS_AGENT_ISOLATION",
+        "DLAAS_AGENT_STOP_LEARNERS_ON_EXIT",
     }
     assert "ports" not in agent
     assert "--host" not in agent["command"]
@@ -194,3 +196,15 @@ def test_the_agent_runs_each_learners_program_as_a_uid_of_its_own() -> None:
     agent = raw()["services"]["agent"]
     assert agent["user"] == "0"
     assert agent["environment"]["DLAAS_AGENT_ISOLATION"] == "on"
+
+
+def test_compose_down_stops_the_learners_before_what_their_checkpoints_need() -> None:
+    """Compose stops a service before those it depends on: the agent depends on the API
+    (its object gateway takes the stop checkpoints), the monitor and Redis, and stops its
+    learners, giving them its grace, before its container's stop period runs out."""
+    agent = raw()["services"]["agent"]
+    assert {"api", "monitor", "redis"} <= set(agent["depends_on"])
+    assert agent["environment"]["DLAAS_AGENT_STOP_LEARNERS_ON_EXIT"] == "true"
+    stop_period_s = int(agent["stop_grace_period"].removesuffix("s"))
+    assert "--grace" not in agent["command"]
+    assert stop_period_s > LEARNER_GRACE_S, "the container would be killed before its learners"

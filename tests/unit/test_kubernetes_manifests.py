@@ -4,11 +4,13 @@ and saying what the job asked for."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+from learner_image.runner_config import child_env, parse_config
 from lifecycle_manager.backends.base import LearnerSpec, Resources
 from lifecycle_manager.backends.kubernetes.manifests import (
     SECRET_ENV,
@@ -19,8 +21,11 @@ from lifecycle_manager.backends.kubernetes.manifests import (
     secret_manifest,
     service_manifest,
 )
+from lifecycle_manager.glue.learner_specs import learner_specs
+from storage.settings import Settings
 
 VERSIONS = ("1.30.0", "1.37.0")
+PYTHON_I = ["/usr/local/bin/python", "-I", "-m"]  # the image's interpreter, isolated
 OWNER = {"apiVersion": "v1", "kind": "Secret", "name": "dlaas-training-abc", "uid": "0c3e"}
 FULL_OPTIONS = PodOptions(
     namespace="team-a",
@@ -129,7 +134,8 @@ def test_the_program_runs_without_any_credential_and_only_its_helpers_hold_them(
     assert pod["spec"]["shareProcessNamespace"] is False
     program = by_name["program"]
     assert program["command"] == [
-        "dlaas-learner", "program", "--job", "training-abc", "--", "python train.py"
+        "/usr/local/bin/python", "-I", "-m", "learner_image.runner",
+        "program", "--job", "training-abc", "--", "python train.py",
     ]  # fmt: skip
     env = env_of(program)
     assert not [item for item in program["env"] if "valueFrom" in item]
@@ -148,8 +154,9 @@ def test_the_program_runs_without_any_credential_and_only_its_helpers_hold_them(
         assert "DLAAS_REDIS_URL" in helper_env
         assert helper_env["DLAAS_JOB_OBJECTS_URL"]["value"] == "http://a"
     for helper in ("fetch", "shipper"):
-        assert by_name[helper]["command"][:2] == [
-            "dlaas-learner",
+        assert by_name[helper]["command"][:5] == [
+            *PYTHON_I,
+            "learner_image.runner",
             helper.replace("shipper", "ship"),
         ]
         assert by_name[helper]["terminationMessagePath"] == "/dev/termination-log"
@@ -208,7 +215,7 @@ def test_the_sidecar_only_with_a_parameter_server() -> None:
     assert "ps" not in containers(pod_manifest(spec(), FULL_OPTIONS, OWNER))
     with_ps = pod_manifest(spec(DLAAS_PS_MODE="async"), FULL_OPTIONS, OWNER)
     sidecar = containers(with_ps)["ps"]
-    assert sidecar["command"][:2] == ["dlaas-ps", "--job"]
+    assert sidecar["command"][:5] == [*PYTHON_I, "learner_image.ps.server", "--job"]
     assert sidecar["restartPolicy"] == "Always"
 
 
@@ -225,7 +232,7 @@ def test_the_sidecar_command_is_one_dlaas_ps_accepts() -> None:
     pod = pod_manifest(spec(DLAAS_PS_MODE="bounded", DLAAS_PS_STALENESS="4"), FULL_OPTIONS, OWNER)
     sidecar = containers(pod)["ps"]
     env = {item["name"]: item.get("value", "") for item in sidecar["env"]}
-    config = parse_config(sidecar["command"][1:], env)
+    config = parse_config(sidecar["command"][4:], env)
     assert (config.rank, config.world, config.staleness) == (0, 2, 4)
     assert config.peers[1] == "learner-2.dlaas-training-abc.team-a.svc:7070"
     assert str(config.directory) == "/dev/shm/dlaas-ps"
@@ -277,3 +284,34 @@ def test_learner_containers_are_read_only_and_bounded() -> None:
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["work"]["emptyDir"] == {"sizeLimit": "20Gi"}
     assert volumes["tmp"]["emptyDir"]["sizeLimit"]
+
+
+def test_the_users_environment_reaches_the_program_and_no_helper(tmp_path: Path) -> None:
+    """A job's PYTHONPATH (at a sitecustomize.py in its archive), PATH and LD_PRELOAD would
+    run its code in a helper holding its credentials: only the program's launcher gets them,
+    as data it applies to the user's command."""
+    user = {"PYTHONPATH": "/job/model/plant", "PATH": "/job/model/bin", "LD_PRELOAD": "/job/x.so"}
+    manifest = {"framework": {"command": "python train.py"}, "environment": user}
+    manifest["parameter_server"] = {"mode": "async"}
+    [spec_] = learner_specs(
+        job_id="training-abc", owner_id=1, attempt=1, num_learners=1, manifest=manifest,
+        settings=Settings(home=tmp_path), job_token="dlaasjob_t0ken",
+    )  # fmt: skip
+    by_name = containers(pod_manifest(spec_, FULL_OPTIONS, OWNER))
+    for name in ("fetch", "ps", "shipper"):
+        helper = by_name[name]
+        env = env_of(helper)
+        assert not set(user) & set(env), name
+        assert "DLAAS_PROGRAM_ENV" not in env, name
+        assert not [v for v in user.values() if v in repr(helper)], name
+        assert helper["command"][:3] == PYTHON_I, name
+        assert Path(helper["command"][0]).is_absolute()
+    program = by_name["program"]
+    assert program["command"][:3] == PYTHON_I
+    declared = {item["name"]: item["value"] for item in program["env"]}
+    assert not set(user) & set(declared)  # not the launcher's own environment either
+    config = parse_config(program["command"][5:], declared, cwd=tmp_path)
+    program_env = child_env(config, declared)
+    assert {key: program_env[key] for key in user} == user
+    assert program_env["TRAINING_ID"] == "training-abc"
+    assert "DLAAS_PROGRAM_ENV" not in program_env

@@ -99,7 +99,9 @@ def test_the_environment_follows_the_spec(tmp_path: Path) -> None:
         assert platform_setting not in env
     assert "s3cret" not in env.values() and "s3key" not in env.values()
     assert env["PYTHONUNBUFFERED"] == "1"
-    assert env["LR"] == "0.1"
+    # The user's environment is the program's, kept apart from the platform's.
+    assert "LR" not in env
+    assert spec.program_env == {"LR": "0.1"}
 
 
 def test_a_bare_manifest_takes_the_defaults(tmp_path: Path) -> None:
@@ -132,6 +134,20 @@ def test_user_environment_cannot_override_what_dlaas_sets(tmp_path: Path) -> Non
         settings=settings(tmp_path),
     )  # fmt: skip
     assert spec.env["RANK"] == "0"
+    assert spec.program_env == {"DLAAS_X": "1"}
+
+
+def test_the_users_path_and_preloads_stay_out_of_the_platforms_environment(
+    tmp_path: Path,
+) -> None:
+    user = {"PATH": "/tmp/planted", "PYTHONPATH": "/tmp/planted", "LD_PRELOAD": "/tmp/x.so"}
+    manifest = {"framework": {"command": "true"}, "environment": user}
+    for spec in learner_specs(
+        job_id="j", owner_id=1, attempt=1, num_learners=2, manifest=manifest,
+        settings=settings(tmp_path),
+    ):  # fmt: skip
+        assert not set(user) & set(spec.env)
+        assert spec.program_env == user
 
 
 def test_without_job_users_learners_get_the_platforms_redis(tmp_path: Path) -> None:
@@ -161,8 +177,9 @@ def test_an_elastic_job_learns_its_global_batch_and_each_learner_its_share(
         job_id="j", owner_id=1, attempt=2, num_learners=3, manifest=manifest,
         settings=settings(tmp_path),
     )  # fmt: skip
-    assert {s.env["DLAAS_GLOBAL_BATCH_SIZE"] for s in specs} == {"100"}
-    assert [s.env["DLAAS_BATCH_SIZE"] for s in specs] == ["34", "33", "33"]
+    # the largest batch of 8..100 that splits whole among 3
+    assert {s.env["DLAAS_GLOBAL_BATCH_SIZE"] for s in specs} == {"99"}
+    assert [s.env["DLAAS_BATCH_SIZE"] for s in specs] == ["33", "33", "33"]
     assert all(s.env["NUM_LEARNERS"] == "3" for s in specs)
     (plain,) = learner_specs(
         job_id="j", owner_id=1, attempt=1, num_learners=1,

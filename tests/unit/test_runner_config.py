@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from learner_image.exit_report import describe_exit
-from learner_image.runner_config import RunnerFailure, child_env, command_from, parse_config
+from learner_image.runner_config import (
+    RunnerFailure,
+    child_env,
+    command_from,
+    parse_config,
+    program_env_variable,
+)
 
 
 def test_flags_and_command_after_double_dash(tmp_path: Path) -> None:
@@ -90,6 +96,38 @@ def test_child_env_drops_store_secrets_and_sets_dirs(tmp_path: Path) -> None:
     assert env["TRAINING_ID"] == "j"
     assert env["LEARNER_ID"] == "1"
     assert env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_the_users_environment_is_the_programs_over_defaults_under_dlaas_own(
+    tmp_path: Path,
+) -> None:
+    user = {"PATH": "/planted", "LD_PRELOAD": "/x.so", "HOME": "/h", "RANK": "7", "OMP": "2"}
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "RANK": "0",
+        "DLAAS_PS_DIR": "/dev/shm/p",
+        "DLAAS_JOB_TOKEN": "t",
+        **program_env_variable({**user, "DLAAS_PS_DIR": "/elsewhere", "TRAINING_ID": "x"}),
+    }
+    config = parse_config(["--job", "j", "--", "true"], environ, cwd=tmp_path)
+    env = child_env(config, environ)
+    assert [env[key] for key in ("PATH", "LD_PRELOAD", "HOME", "OMP")] == [
+        "/planted",
+        "/x.so",
+        "/h",
+        "2",
+    ]
+    assert (env["RANK"], env["DLAAS_PS_DIR"], env["TRAINING_ID"]) == ("0", "/dev/shm/p", "j")
+    assert "DLAAS_JOB_TOKEN" not in env and "DLAAS_PROGRAM_ENV" not in env
+
+
+def test_a_program_environment_that_is_not_an_object_of_strings_is_a_runner_failure(
+    tmp_path: Path,
+) -> None:
+    for raw in ("[1]", "{", '{"A": 1}'):
+        with pytest.raises(RunnerFailure, match="DLAAS_PROGRAM_ENV"):
+            parse_config(["--job", "j", "--", "true"], {"DLAAS_PROGRAM_ENV": raw}, cwd=tmp_path)
 
 
 def test_describe_exit_codes_and_signals() -> None:

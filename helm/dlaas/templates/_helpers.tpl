@@ -42,6 +42,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The API's service account: no rights in the cluster, and no token mounted. */}}
+{{/* "true" when external S3 is reached through the cloud's workload identity (the
+service-account annotations in s3.workloadIdentity), with no static keys; "" otherwise. */}}
+{{- define "dlaas.s3WorkloadIdentity" -}}
+{{- if .Values.s3.workloadIdentity -}}
+{{- if .Values.s3.enabled -}}
+{{- fail "s3.workloadIdentity is for an external S3 store (s3.enabled: false): the bundled server takes s3.accessKey and s3.secretKey" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "dlaas.apiServiceAccountName" -}}
 {{- printf "%s-api" (include "dlaas.fullname" .) -}}
 {{- end -}}

@@ -29,6 +29,13 @@ the newest token; pods of earlier attempts keep theirs, valid until the job stop
          read-only root filesystems; no service-account token; no shared process namespace
 ```
 
+Every container runs dlaas's Python by the image's absolute interpreter in isolated mode
+(`python -I`). The helpers (fetch, shipper, ps) get only the platform's variables; the
+manifest's `environment` reaches the program container alone, as data for the launcher
+(`DLAAS_PROGRAM_ENV`), which applies it to the user's command and not to itself: neither
+a `PYTHONPATH` at a `sitecustomize.py` in the job's archive, nor a `PATH` or an `LD_PRELOAD`
+runs a job's code in a process that holds its credentials.
+
 The shipper is a regular container, not a native sidecar: the pod ends (and the lifecycle
 manager reads its end) only once the shipper has stored what the program left and
 published the exit event, and STORING is bounded by nothing but its own work (a native
@@ -45,7 +52,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from learner_image.runner_config import RUNNER_DIR_ENV, SHARED_DIR_ENV
+from learner_image.ps import sidecar
+from learner_image.runner_config import (
+    RUNNER_DIR_ENV,
+    SHARED_DIR_ENV,
+    program_env_variable,
+    runner_command,
+)
 from lifecycle_manager.backends.base import LearnerSpec
 from storage import exit_reports
 from storage.settings import Settings
@@ -77,6 +90,7 @@ HELPER_RESOURCES = {
     "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
 }
 RUN_AS_USER = 10001  # the `dlaas` user of the learner image
+LEARNER_PYTHON: str = Settings.model_fields["kube_learner_python"].default
 DIRS = {
     "MODEL_DIR": f"{WORK_DIR}/model",
     "DATA_DIR": f"{WORK_DIR}/data",
@@ -96,10 +110,9 @@ SECRET_ENV = (
 # Plain settings only the helpers use: where the job's objects are reached.
 HELPER_ENV = ("DLAAS_JOB_OBJECTS_URL",)
 
-# The parameter-server sidecar (console script `dlaas-ps` of the learner image, flags of
-# `learner_image.ps.server_config`): one per learner pod, its region in the pod's /dev/shm,
-# the sidecars of a job finding each other by their names under the job's Service.
-PS_COMMAND = ("dlaas-ps",)
+# The parameter-server sidecar (`dlaas-ps` of the learner image, `learner_image.ps.sidecar`,
+# flags of `learner_image.ps.server_config`): one per learner pod, its region in the pod's
+# /dev/shm, the sidecars of a job finding each other by their names under the job's Service.
 PS_REGION = f"{SHM_DIR}/dlaas-ps"
 PS_PORT = 7070
 PS_MODE_ENV = "DLAAS_PS_MODE"
@@ -124,6 +137,7 @@ class PodOptions:
     platform_namespace: str | None = None  # None: the learners' namespace
     egress_cidrs: Sequence[str] = ()
     ephemeral_storage: str = "50Gi"
+    python: str = LEARNER_PYTHON  # absolute: the image's interpreter, never one on a PATH
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PodOptions:
@@ -138,6 +152,7 @@ class PodOptions:
             platform_namespace=settings.kube_platform_namespace,
             egress_cidrs=list(settings.kube_learner_egress_cidrs),
             ephemeral_storage=settings.kube_learner_ephemeral_storage,
+            python=settings.kube_learner_python,
         )
 
 
@@ -325,7 +340,8 @@ def _security_context() -> dict[str, Any]:
 
 
 def _program_env(spec: LearnerSpec, options: PodOptions) -> dict[str, str]:
-    """The program's environment: the job's settings, none of its credentials."""
+    """The platform's part of the program container's environment: the job's settings, none
+    of its credentials (and not the user's environment, which only `program_env` adds)."""
     plain, _secret = split_env(spec.env)
     for key in HELPER_ENV:
         plain.pop(key, None)
@@ -351,12 +367,15 @@ def _env_list(plain: Mapping[str, str]) -> list[dict[str, Any]]:
 
 
 def program_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
-    return _env_list(_program_env(spec, options))
+    """The program container's environment: the platform's, and the user's environment
+    carried for the launcher to apply to the user's command."""
+    return _env_list({**_program_env(spec, options), **program_env_variable(spec.program_env)})
 
 
 def helper_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
-    """The helpers' environment: the program's, where they reach the job's objects, their
-    own directory and exit report, and the job's credentials from its Secret."""
+    """The helpers' environment, the platform's alone: the program container's platform part,
+    where they reach the job's objects, their own directory and exit report, and the job's
+    credentials from its Secret; nothing of the user's environment."""
     plain = _program_env(spec, options)
     plain.update({k: v for k, v in spec.env.items() if k in HELPER_ENV})
     plain[RUNNER_DIR_ENV] = HELPER_DIR
@@ -369,12 +388,21 @@ def helper_env(spec: LearnerSpec, options: PodOptions) -> list[dict[str, Any]]:
     ]
 
 
-def ps_command(spec: LearnerSpec, namespace: str) -> list[str] | None:
+def ps_command(spec: LearnerSpec, options: PodOptions) -> list[str] | None:
     """The sidecar's command line, or None when the job has no parameter server."""
     mode = spec.env.get(PS_MODE_ENV)
     if not mode:
         return None
-    argv = [*PS_COMMAND, "--job", spec.job_id, "--region", PS_REGION, "--mode", mode]
+    namespace = options.namespace
+    argv = [
+        *sidecar.command(options.python),
+        "--job",
+        spec.job_id,
+        "--region",
+        PS_REGION,
+        "--mode",
+        mode,
+    ]
     staleness = spec.env.get(PS_STALENESS_ENV)
     if staleness:
         argv += ["--staleness", staleness]
@@ -409,10 +437,11 @@ def _ps_sidecar(
     }
 
 
-def role_command(command: Sequence[str], role: str) -> list[str]:
-    """The runner's command line (`dlaas-learner [--job ...] -- COMMAND`) for one part of
-    the learner (`learner_image.pod`)."""
-    return [command[0], role, *command[1:]] if command else ["dlaas-learner", role]
+def role_command(command: Sequence[str], role: str, python: str) -> list[str]:
+    """The runner's command line for one part of the learner (`learner_image.pod`): the
+    spec's `dlaas-learner [--job ...] -- COMMAND` run by the image's `python` in isolated
+    mode, its part's name before its flags."""
+    return [*runner_command(python), role, *command[1:]]
 
 
 def pod_manifest(
@@ -438,7 +467,7 @@ def pod_manifest(
             "name": name,
             "image": image,
             "imagePullPolicy": options.pull_policy,
-            "command": role_command(spec.command, role),
+            "command": role_command(spec.command, role, options.python),
             "workingDir": WORK_DIR,
             "env": env,
             "resources": {part: dict(amounts) for part, amounts in HELPER_RESOURCES.items()},
@@ -490,7 +519,7 @@ def pod_manifest(
     if spec.num_learners > 1:
         pod_spec["hostname"] = hostname(spec.learner)
         pod_spec["subdomain"] = root_name(spec.job_id)
-    ps = ps_command(spec, options.namespace)
+    ps = ps_command(spec, options)
     if ps is not None:
         pod_spec["initContainers"].append(_ps_sidecar(ps, image, helpers, options))
     selector = dict(options.node_selector)

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,10 @@ from learner_image.runner_config import (
     PROGRAM_NETWORK_ENV,
     PROGRAM_TMPDIR_ENV,
     PROGRAM_UID_ENV,
+    RUNNER_COMMAND,
     RUNNER_DIR_ENV,
+    program_env_variable,
+    runner_command,
 )
 from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.decisions.job_progress import describe_exit
@@ -72,9 +75,9 @@ RUNNER_LOG = "runner.log"
 EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
 PS_LOG = "ps.log"
 # Variables of the agent's own environment a learner inherits; everything else it gets
-# from its spec, as a pod gets only what its manifest says. PYTHONPATH: the runner is the
-# agent's own interpreter's `dlaas-learner`, and must import the same dlaas as the agent
-# (a checkout run with PYTHONPATH, rather than the installed one).
+# from its spec, as a pod gets only what its manifest says. The runner, in isolated mode,
+# ignores PYTHONPATH; the program gets the agent's as a default (a checkout run with
+# PYTHONPATH), which the user's environment may replace.
 INHERITED_ENV = (
     "PATH",
     "HOME",
@@ -365,19 +368,17 @@ class LearnerTable:
                     record, 126, None, f"cannot make the parameter server's region: {error}"
                 )
                 return
-        argv = list(spec.command)
-        executable = shutil.which(argv[0], path=env["PATH"]) if argv else None
-        if executable is None:
-            missing = argv[0] if argv else "(empty command)"
+        argv = learner_argv(spec.command, env["PATH"])
+        if argv is None:
+            missing = spec.command[0] if spec.command else "(empty command)"
             self._finish(record, 127, None, f"command not found: {missing}")
             return
-        argv[0] = executable
         with open_private_append(workdir / RUNNER_LOG) as output:
             try:
                 process = subprocess.Popen(
                     argv,
                     cwd=workdir,
-                    env=env,
+                    env={**env, **program_env_variable(spec.program_env)},
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
@@ -405,7 +406,7 @@ class LearnerTable:
         with open_private_append(Path(record.workdir) / PS_LOG) as output:
             try:
                 subprocess.Popen(
-                    [*sidecar.COMMAND, "--supervise"],
+                    [*sidecar.command(sys.executable), "--supervise"],
                     cwd=record.workdir,
                     env=sidecar.sidecar_env(env, {"DLAAS_PS_EXIT_WITH": str(pgid)}),
                     stdin=subprocess.DEVNULL,
@@ -418,8 +419,10 @@ class LearnerTable:
                 log.warning("could not start the parameter server of %s: %s", record.name, error)
 
     def _environment(self, record: LearnerRecord, spec: LearnerSpec) -> dict[str, str]:
+        """The runner's environment, the platform's alone: the agent's INHERITED_ENV, the
+        spec's `env` and the learner's placement (never the user's `program_env`)."""
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-        # The runner is installed beside the interpreter the agent runs on.
+        # The program finds dlaas's scripts and interpreter first.
         interpreter_bin = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join(p for p in (interpreter_bin, env.get("PATH", "")) if p)
         env.update(spec.env)
@@ -628,6 +631,19 @@ class LearnerTable:
                 with contextlib.suppress(OSError):
                     parent.rmdir()
         self._changed.notify_all()
+
+
+def learner_argv(command: Sequence[str], path: str) -> list[str] | None:
+    """The command line the agent starts for a learner's `command`, or None if there is no
+    such program. The runner (`dlaas-learner`) is the agent's own interpreter in isolated
+    mode, never a program found on a PATH; any other command is looked up on the platform's
+    `path`."""
+    if not command:
+        return None
+    if command[0] == RUNNER_COMMAND:
+        return [*runner_command(sys.executable), *command[1:]]
+    executable = shutil.which(command[0], path=path)
+    return None if executable is None else [executable, *command[1:]]
 
 
 def nice_session(pid: int, niceness: int) -> None:

@@ -99,6 +99,7 @@ class LocalBackend:
             "num_learners": spec.num_learners,
             "command": spec.command,
             "env": {**spec.env, **pretend_gpu_env(self.node, spec.resources.gpus)},
+            "program_env": spec.program_env,
             "resources": asdict(spec.resources),
         }
         response = await self._request("PUT", f"/learners/{spec.name}", json=body)

@@ -31,8 +31,10 @@ HTTP (JSON):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import hmac
 import logging
@@ -42,7 +44,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -145,6 +147,7 @@ class LearnerRequest(BaseModel):
     num_learners: int = Field(ge=1)
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    program_env: dict[str, str] = Field(default_factory=dict)  # for the user's program alone
     resources: ResourcesBody = Field(default_factory=ResourcesBody)
 
     def spec(self) -> LearnerSpec:
@@ -155,6 +158,7 @@ class LearnerRequest(BaseModel):
             num_learners=self.num_learners,
             command=self.command,
             env=self.env,
+            program_env=self.program_env,
             resources=Resources(**self.resources.model_dump()),
         )
 
@@ -193,9 +197,29 @@ class ExitReporter:
         return True
 
 
-def create_app(table: LearnerTable, *, token: str, hosts: frozenset[str]) -> FastAPI:
-    """The agent's HTTP API; only requests with `token` that name one of `hosts` reach it."""
-    app = FastAPI(title="dlaas node agent", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(
+    table: LearnerTable,
+    *,
+    token: str,
+    hosts: frozenset[str],
+    on_shutdown: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The agent's HTTP API; only requests with `token` that name one of `hosts` reach it.
+    `on_shutdown` runs (in a thread) as the server stops, before the process exits."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if on_shutdown is not None:
+            await asyncio.to_thread(on_shutdown)
+
+    app = FastAPI(
+        title="dlaas node agent",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
     app.add_middleware(AgentGuard, token=token, hosts=hosts)
 
     @app.get("/healthz")
@@ -321,6 +345,19 @@ def traversable_work_root(root: Path) -> Path:
     return work_root
 
 
+LEARNER_GRACE_S = 30.0
+
+
+def stop_every_learner(table: LearnerTable, grace: float) -> None:
+    """SIGTERM every running learner and wait, up to the grace, for them to be gone."""
+    running = [record.name for record in table.records() if not record.finished]
+    if not running:
+        return
+    log.info("stopping %d learners before the agent exits", len(running))
+    table.delete(running, grace=grace)
+    table.wait_gone(running, grace + 5.0)
+
+
 def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     parser = argparse.ArgumentParser(prog="python -m lifecycle_manager.backends.local.node_agent")
@@ -329,7 +366,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--port", type=int, default=8471)
     parser.add_argument("--root", type=Path, required=True, help="learner working directories")
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to KILL")
+    parser.add_argument(
+        "--grace", type=float, default=LEARNER_GRACE_S, help="seconds from SIGTERM to KILL"
+    )
     parser.add_argument("--keep-workdirs", action="store_true", help="keep deleted learners' dirs")
     parser.add_argument(
         "--work-root",
@@ -404,7 +443,10 @@ def main(argv: list[str] | None = None) -> None:
     announce()
     threading.Thread(target=_retry_reports, args=(table, stop, announce), daemon=True).start()
     try:
-        app = create_app(table, token=token, hosts=hosts)
+        on_shutdown = None
+        if settings.agent_stop_learners_on_exit:
+            on_shutdown = functools.partial(stop_every_learner, table, args.grace)
+        app = create_app(table, token=token, hosts=hosts, on_shutdown=on_shutdown)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         stop.set()

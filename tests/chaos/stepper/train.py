@@ -7,10 +7,11 @@ DLAAS_CHECKPOINT_INTERVAL seconds and at the end) holds the state and `--checkpo
 standing in for a model's weights, so writing one takes a moment.
 
     python train.py --steps 200 --step-delay 0.02 [--checkpoint-mb 16] [--term-grace 5]
-                    [--result-mb 64]
+                    [--checkpoint-on-term] [--result-mb 64]
 
 SIGTERM ends it at once, unless `--term-grace S`: then it keeps stepping for S seconds
-(a program finishing its step and saving what it has, slowly) and exits 143.
+(a program finishing its step and saving what it has, slowly) and exits 143, with
+`--checkpoint-on-term` after a checkpoint of the step it stopped at.
 
 Prints `stepper: resumed from ckpt-... at step S`, then `step N digest D` per step, and at
 the end writes RESULT_DIR/result.json {"steps": N, "digest": D} (and, with `--result-mb`,
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-mb", type=int, default=0)
     parser.add_argument("--term-grace", type=float, default=0.0)
     parser.add_argument("--result-mb", type=int, default=0)
+    parser.add_argument("--checkpoint-on-term", action="store_true")
     args = parser.parse_args()
     terminated_at: list[float] = []
     if args.term_grace > 0:
@@ -71,6 +73,12 @@ def main() -> None:
     timer = sdk.CheckpointTimer()
     while step < args.steps:
         if terminated_at and time.monotonic() - terminated_at[0] > args.term_grace:
+            if args.checkpoint_on_term:
+                sdk.save_checkpoint_files(
+                    {STATE_FILE: json.dumps({"step": step, "digest": digest}).encode()},
+                    step,
+                    blocking=True,
+                )
             print(f"stepper: stopping at step {step} on SIGTERM", flush=True)
             sys.exit(143)
         time.sleep(args.step_delay)

@@ -65,6 +65,7 @@ def test_a_job_that_waits_for_room_makes_a_grown_job_shrink() -> None:
     assert (resize.old.learners, resize.new.learners) == (4, 3)
     assert resize.nodes == ("a100-0",) * 3
     assert "shrinks from 4 to 3 learners" in resize.reason
+    assert resize.reason.endswith("so that job w starts"), resize.reason
 
 
 def test_nothing_grows_while_a_job_waits_that_shrinking_cannot_start() -> None:

@@ -62,7 +62,36 @@ def test_concurrent_jobs_are_a_quota_too() -> None:
         [pending("a4", "a", 1)],
     )
     (waiting,) = schedule(cluster, NOW).waiting
-    assert waiting.reason == "team a has 3 of its 3 concurrent jobs running"
+    assert waiting.reason == (
+        "team a runs 3 jobs at once, as many as its quota of 3 concurrent jobs allows"
+    )
+    # the node has room, but the job starts only once one of its team's jobs ends
+    assert waiting.estimated_start == NOW + 3000
+
+
+def test_a_job_held_back_by_quota_with_no_end_in_sight_has_no_estimated_start() -> None:
+    cluster = snapshot(
+        gpu_nodes(1),
+        [team("a", 8, jobs=1)],
+        [running("a1", "a", "a100-0", runtime=None)],
+        [pending("a2", "a", 1), pending("a3", "a", 1, submitted=1)],
+    )
+    waits = schedule(cluster, NOW).waiting
+    assert [w.estimated_start for w in waits] == [None, None]
+
+
+def test_concurrent_jobs_borrowed_beyond_the_quota_read_as_borrowed() -> None:
+    unlimited = Team("a", Quota({"A100": 8}, jobs=1), Quota({"A100": 0}, jobs=None))
+    cluster = snapshot(
+        gpu_nodes(1),
+        [unlimited, team("b", 8, jobs=1)],
+        [running(name, team, "a100-0") for name, team in (("a1", "a"), ("a2", "a"), ("b1", "b"))],
+        [pending("a3", "a", 1)],
+    )
+    (waiting,) = schedule(cluster, NOW).waiting
+    assert waiting.reason.startswith(
+        "team a runs 2 jobs at once, 1 of them borrowed beyond its quota of 1"
+    ), waiting.reason
 
 
 def test_an_owner_reclaims_borrowed_quota_by_preemption_then_waits_for_it() -> None:
