@@ -26,14 +26,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from learner_image import program_identity
+from learner_image import program_identity, program_sandbox
 from learner_image.exit_report import describe_exit, signal_name
 from learner_image.learner_log import LearnerLog, capture_output
 from learner_image.runner_config import RunnerConfig, child_env
 from storage.exit_reports import ExitReport
 
+# The program's parameter-server region, which it must reach in a namespace of its own.
+PS_DIR_ENV = "DLAAS_PS_DIR"
 # How often a learner tells it is alive while its command runs (and is not frozen).
 HEARTBEAT_S = 2.0
 GROUP_POLL_S = 0.05
@@ -130,29 +133,42 @@ class Launcher:
     def start(self) -> None:
         """Start the command (OSError if it cannot be)."""
         c = self.config
+        env = child_env(c, self.environ)
+        preexec = die_with_parent()
         as_program: dict[str, Any] = {}
         if c.program_uid is not None:
             program_identity.hand_over(c.program_dirs, c.program_uid)
-            as_program = {
-                "user": c.program_uid,
-                "group": c.program_uid,
-                "extra_groups": [],
-                "umask": 0o077,
-            }
+            if c.program_tmp is not None:
+                env["TMPDIR"] = str(c.program_tmp)
+            # The hook drops to the program's uid itself: a namespace must be made first.
+            preexec = program_sandbox.enter(self._sandbox(env))
+            as_program = {"umask": 0o077}
         self.child = subprocess.Popen(
             ["/bin/sh", "-c", c.command],
             cwd=c.model_dir,
-            env=child_env(c, self.environ),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             bufsize=0,
             stderr=subprocess.STDOUT,
             process_group=0,
-            preexec_fn=die_with_parent(),
+            preexec_fn=preexec,
             **as_program,
         )
         if self.stop_signal is not None:
             self._forward()
+
+    def _sandbox(self, env: Mapping[str, str]) -> program_sandbox.Sandbox:
+        c = self.config
+        assert c.program_uid is not None
+        reached = [*c.program_dirs, *(Path(env[k]) for k in ("HOME", PS_DIR_ENV) if env.get(k))]
+        return program_sandbox.Sandbox(
+            uid=c.program_uid,
+            tmp_dir=c.program_tmp,
+            private_mounts=c.private_mounts and c.program_tmp is not None,
+            keep=program_sandbox.kept_paths(reached),
+            network=c.program_network,
+        )
 
     def wait(self, log: LearnerLog) -> ProgramEnd:
         """Copy the command's output into `log` until it ends; then end what it left."""

@@ -122,6 +122,10 @@ class Runner:
         from learner_image.fetch_phase import fetch_all
 
         config = self.config
+        if config.program_uid is not None:
+            # Nothing the runner writes is for other uids: the program's files are handed
+            # over to it, and the runner's own are root's alone.
+            os.umask(0o077)
         config.log_dir.mkdir(parents=True, exist_ok=True)
         settings = settings_of()
         # Redis is imported, connected and told DOWNLOADING in a background thread, started

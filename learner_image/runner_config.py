@@ -31,12 +31,27 @@ SECRET_ENV = (
 PROGRAM_UID_ENV = "DLAAS_PROGRAM_UID"
 RUNNER_DIR_ENV = "DLAAS_RUNNER_DIR"
 SHARED_DIR_ENV = "DLAAS_SHARED_DIR"
+# The program's own temporary directory, and `private` when the node lets the runner give
+# the program a mount namespace of its own (`learner_image.program_sandbox`).
+PROGRAM_TMPDIR_ENV = "DLAAS_PROGRAM_TMPDIR"
+PROGRAM_MOUNTS_ENV = "DLAAS_PROGRAM_MOUNTS"
+PRIVATE_MOUNTS = "private"
+# The job's network namespace on the node, for the program to join (`job_network`).
+PROGRAM_NETWORK_ENV = "DLAAS_PROGRAM_NETWORK"
 # The user's environment (the manifest's `environment`, a JSON object): the runner applies
 # it to the program alone. Carried as data in one variable, it changes nothing of how the
 # runner itself starts (its interpreter, its imports, the libraries it loads).
 PROGRAM_ENV_ENV = "DLAAS_PROGRAM_ENV"
 # The runner's own settings, none of the program's business.
-RUNNER_ENV = (PROGRAM_UID_ENV, RUNNER_DIR_ENV, SHARED_DIR_ENV, PROGRAM_ENV_ENV)
+RUNNER_ENV = (
+    PROGRAM_UID_ENV,
+    RUNNER_DIR_ENV,
+    SHARED_DIR_ENV,
+    PROGRAM_ENV_ENV,
+    PROGRAM_TMPDIR_ENV,
+    PROGRAM_MOUNTS_ENV,
+    PROGRAM_NETWORK_ENV,
+)
 # What dlaas tells every learner's program besides its directories and identity (and every
 # DLAAS_* variable): the user's environment never replaces it.
 CONTRACT_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GPU_COUNT")
@@ -108,6 +123,11 @@ class RunnerConfig:
     # The program's own uid (its gid alike) when the runner is root: the program runs as it,
     # owns its directories, and can read nothing of the runner's.
     program_uid: int | None = None
+    # With a program uid: the program's TMPDIR, whether it gets private /tmp, /var/tmp,
+    # /dev/shm and /proc in a mount namespace of its own, and its job's network namespace.
+    program_tmp: Path | None = None
+    private_mounts: bool = False
+    program_network: Path | None = None
     # Where the runner keeps its own files (the complete log and metrics it uploads): out
     # of the program's reach when the program has a uid of its own. Default: LOG_DIR.
     runner_dir: Path | None = None
@@ -139,7 +159,9 @@ class RunnerConfig:
 
     @property
     def program_dirs(self) -> tuple[Path, ...]:
-        return (self.model_dir, self.data_dir, self.result_dir, self.log_dir, self.checkpoint_dir)
+        """The directories that are the program's own."""
+        dirs = (self.model_dir, self.data_dir, self.result_dir, self.log_dir, self.checkpoint_dir)
+        return (*dirs, self.program_tmp) if self.program_tmp is not None else dirs
 
     @property
     def log_key(self) -> str:
@@ -238,6 +260,11 @@ def parse_config(
         stop_grace_s=_float_env(environ, "DLAAS_STOP_GRACE_S", 10.0),
         program_uid=_int_env(environ, PROGRAM_UID_ENV, -1)
         if environ.get(PROGRAM_UID_ENV)
+        else None,
+        program_tmp=Path(environ[PROGRAM_TMPDIR_ENV]) if environ.get(PROGRAM_TMPDIR_ENV) else None,
+        private_mounts=environ.get(PROGRAM_MOUNTS_ENV) == PRIVATE_MOUNTS,
+        program_network=Path(environ[PROGRAM_NETWORK_ENV])
+        if environ.get(PROGRAM_NETWORK_ENV)
         else None,
         runner_dir=Path(environ[RUNNER_DIR_ENV]) if environ.get(RUNNER_DIR_ENV) else None,
         shared_dir=Path(environ[SHARED_DIR_ENV]) if environ.get(SHARED_DIR_ENV) else None,

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from storage.private_files import write_private_text
+
 # Where the runner writes its report, set by the cluster backend.
 EXIT_REPORT_ENV = "DLAAS_EXIT_REPORT"
 KUBERNETES_PATH = "/dev/termination-log"
@@ -64,11 +66,12 @@ class ExitReport:
 
 def leave(report: ExitReport, environ: Mapping[str, str]) -> None:
     """Write the report where the backend asked (`DLAAS_EXIT_REPORT`), if it asked. A report
-    that cannot be written costs only its later readers the detail: the event has it all."""
+    that cannot be written costs only its later readers the detail: the event has it all.
+    It is 0600: the program's last line is no business of other jobs on the node."""
     path = environ.get(EXIT_REPORT_ENV)
     if path:
         with contextlib.suppress(OSError):
-            Path(path).write_text(report.to_json())
+            write_private_text(Path(path), report.to_json())
 
 
 def read(path: Path) -> ExitReport | None:

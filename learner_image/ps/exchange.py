@@ -94,7 +94,7 @@ class Exchange:
         self._consumed = dict.fromkeys(self.peers, 0)  # last seq the server used, per peer
         self._ready: set[int] = set()  # peers whose delivered message waits to be applied
         self.clocks = dict.fromkeys(self.peers, 0)
-        self.tag = job_tag(config.job)
+        self.tag = job_tag(config.job, config.secret)
         self.listener = Listener(
             config.listen, self.inboxes, self._destination, self._delivered, self._lost, self.tag
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from learner_image.ps.region import S_FAILED, Control, RegionPaths
+from learner_image.ps.shm import open_region_file
 
 GANG = "the job restarts as a gang from the agreed snapshot"
 
@@ -50,7 +51,8 @@ def mark(paths: RegionPaths, control: Control, why: str) -> str:
     if standing is not None:
         return standing
     temp = paths.root / f".failed.{os.getpid()}.tmp"
-    temp.write_text(why)
+    with os.fdopen(open_region_file(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as out:
+        out.write(why)
     os.replace(temp, paths.failed)
     control.server[S_FAILED] = 1
     for slot in control.slots:

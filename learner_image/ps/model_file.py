@@ -16,6 +16,7 @@ otherwise. `ModelFile.live()` gives the mapped vector itself (no copy, no consis
 from __future__ import annotations
 
 import mmap
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from learner_image.ps.region import (
     RegionPaths,
     read_json,
 )
-from learner_image.ps.shm import words
+from learner_image.ps.shm import open_region_file, words
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +69,7 @@ class ModelFile:
 
     def __init__(self, directory: Path) -> None:
         path = RegionPaths(directory).weights
-        with open(path, "rb") as f:
+        with os.fdopen(open_region_file(path, os.O_RDONLY), "rb") as f:
             self._buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._header = words(self._buffer, 0, 6)
         if int(self._header[W_MAGIC]) != WEIGHTS_MAGIC:

@@ -23,10 +23,12 @@ states, json_len, data_offset`, the optimizer as JSON, then `states` vectors of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,5 +290,25 @@ def creation_lock(paths: RegionPaths) -> FileLock:
 
 
 def ensure_directory(root: Path) -> RegionPaths:
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """The region in `root`, a directory made for this process's user alone when missing.
+    One that exists is used only when it is a directory (not a link) no one else may
+    write, of this user's, or (a root server's) of the uid a root-owned directory closed to
+    others holds it for: the node agent's per-learner directory. Another user's directory
+    at a path someone may guess is never taken for a region."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o700)
+    info = os.lstat(root)
+    parent = os.lstat(root.parent)
+    held_by_root = os.geteuid() == 0 and parent.st_uid == 0 and not parent.st_mode & 0o022
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_mode & 0o022
+        or not (info.st_uid == os.geteuid() or held_by_root)
+    ):
+        raise PermissionError(
+            f"{root} is not a parameter-server region of this job's: a directory of "
+            f"uid {info.st_uid} with mode {stat.filemode(info.st_mode)}, where one only its "
+            "own user may write is needed (remove it, or set DLAAS_PS_DIR elsewhere)"
+        )
     return RegionPaths(root)

@@ -27,6 +27,9 @@ Flag, environment, default:
   of each round, its learners' step included; in every mode, for a peer it cannot dial to
   come back) before it fails, naming the peer
 - `--job`, `TRAINING_ID`: names the snapshots in the object store
+
+`DLAAS_JOB_TOKEN` (no flag: a secret stays off command lines) keys the greetings between
+the job's sidecars (`transport.job_tag`); every sidecar of a job must have the same.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from learner_image.ps.layout import Mode, default_staleness
@@ -42,6 +45,7 @@ from learner_image.ps.layout import Mode, default_staleness
 DEFAULT_PORT = 7070
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
 DEFAULT_PEER_TIMEOUT_S = 300.0
+SECRET_ENV = "DLAAS_JOB_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class ServerConfig:
     peers_dir: Path | None = None
     supervise: bool = False
     peer_timeout_s: float = DEFAULT_PEER_TIMEOUT_S
+    # What the job's sidecars key their greetings with (`transport.job_tag`): its token.
+    secret: str = field(default="", repr=False)
 
     @property
     def distributed(self) -> bool:
@@ -165,4 +171,5 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         peers_dir=a.peers_dir,
         supervise=a.supervise,
         peer_timeout_s=a.peer_timeout,
+        secret=e.get(SECRET_ENV, ""),
     )

@@ -53,10 +53,26 @@ def round_up(value: int, multiple: int = PAGE) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
+def open_region_file(path: Path, flags: int) -> int:
+    """Open a file of a region, never through a link (the region's directory may be the
+    program's, and the server root's). A file a root server creates in a directory of
+    another uid's becomes that uid's, so that the program it was made for can open it."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if flags & os.O_CREAT and os.geteuid() == 0:
+        try:
+            owner = os.stat(path.parent)
+            if owner.st_uid != 0:
+                os.fchown(fd, owner.st_uid, owner.st_gid)
+        except OSError:
+            os.close(fd)
+            raise
+    return fd
+
+
 def map_file(path: Path, size: int | None = None) -> mmap.mmap:
     """Map a whole file read-write (creating and sizing it when `size` is given)."""
     flags = os.O_RDWR | (os.O_CREAT if size is not None else 0)
-    fd = os.open(path, flags, 0o600)
+    fd = open_region_file(path, flags)
     try:
         if size is not None:
             os.ftruncate(fd, size)
@@ -119,7 +135,7 @@ class FileLock:
         self._fd: int | None = None
 
     def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_region_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -151,7 +167,7 @@ def is_locked(path: Path) -> bool:
     The probe takes a shared lock: probes do not exclude one another, so a probe racing
     another on a free lock never takes it for held (an exclusive probe would)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_region_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:

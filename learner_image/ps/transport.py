@@ -10,9 +10,10 @@ fixed header and a float32 payload:
             RESTARTED (seq = the sender's rank, clock = its new epoch; nothing follows),
             LEFT (seq = the sender's rank: it stopped on purpose; nothing follows)
     A greeting (HELLO, RESTARTED, LEFT) carries no payload: its size field is the job's tag
-    (`job_tag`), and a listener takes greetings of its own job's sidecars only (the job's
-    NetworkPolicy lets no other pod reach it; this keeps a sidecar of another job, where
-    policies are not enforced, from taking part).
+    (`job_tag`, keyed by the job's token), and a listener takes greetings of its own job's
+    sidecars only (the job's NetworkPolicy lets no other pod reach it; this keeps a sidecar
+    of another job, where policies are not enforced or on a node's loopback, from taking
+    part, even one that knows the job's id).
 
 The payload goes out of the sender's buffer with `sendall` on slices of it and comes in
 with `recv_into` on slices of the receiver's buffer: the socket's own copies are the only
@@ -51,9 +52,13 @@ CHUNK_BYTES = 4 << 20
 RETRY_S = 0.05
 
 
-def job_tag(job: str) -> int:
-    """The 64-bit tag of a job that its sidecars greet each other with."""
-    return int.from_bytes(hashlib.blake2b(job.encode(), digest_size=8).digest(), "big")
+def job_tag(job: str, secret: str) -> int:
+    """The 64-bit tag of a job that its sidecars greet each other with: keyed by the job's
+    `secret` (its token), which other jobs do not have, so that one cannot be derived from
+    the job's id alone."""
+    key = hashlib.sha256(secret.encode()).digest()
+    digest = hashlib.blake2b(job.encode(), digest_size=8, key=key).digest()
+    return int.from_bytes(digest, "big")
 
 
 class PeerFailed(Exception):

@@ -83,6 +83,7 @@ class Learner:
             env=self.environ(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            umask=0o022,  # the usual one, with which a file written without a mode is 0644
         )
 
     def run(self, command: str, timeout: float = 60) -> tuple[int, str]:
@@ -328,6 +329,8 @@ def test_exit_code_of_the_command_is_reported(learner: Learner) -> None:
     assert report is not None
     assert (report.exit_code, report.stopped, report.last_line) == (7, False, "failing")
     assert report.reason == exit_event["reason"]
+    # The program's last line is no one else's business on the node.
+    assert learner.exit_report_path.stat().st_mode & 0o777 == 0o600
 
 
 def test_command_killed_by_a_signal(learner: Learner) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from learner_image.checkpoint_sync import open_inside
-from learner_image.program_identity import hand_over
+from learner_image.program_identity import hand_over, remove_files_of
+from learner_image.program_sandbox import kept_paths
 from lifecycle_manager.backends.local import node_agent
 
 
@@ -79,3 +80,41 @@ def test_programs_get_uids_of_their_own_only_where_they_can_run(
     assert node_agent.isolation("on")[0] is True  # told to: the jobs bring their own Python
     private.chmod(0o755)
     assert node_agent.isolation("auto")[0] is True
+
+
+def test_only_paths_a_private_namespace_would_hide_are_bound_back() -> None:
+    learner = Path("/tmp/dlaas-learners-x/jobs/j/learner-1/a0/program")
+    kept = kept_paths(
+        [learner / "model", learner / "tmp", learner, Path("/dev/shm/dlaas-ps-j-1-a0/region")]
+    )
+    assert kept == (Path("/dev/shm/dlaas-ps-j-1-a0/region"), learner)
+    assert kept_paths([Path("/srv/dlaas/jobs/j/program"), Path("/tmpfoo")]) == ()
+
+
+def test_what_a_uid_left_where_it_could_reach_is_removed_and_nothing_else(
+    open_dir: Path,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing owners needs root")
+    uid = 900_000 + os.getpid() % 50_000
+    left = open_dir / "left"
+    left.write_text("secret")
+    own_dir = open_dir / "own"
+    (own_dir / "inner").mkdir(parents=True)
+    (own_dir / "inner" / "roots").write_text("root's, in the uid's directory")
+    closed = open_dir / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "unreachable").write_text("")
+    someone = open_dir / "someone-elses"
+    someone.write_text("")
+    for path in (left, own_dir, closed / "unreachable"):
+        os.chown(path, uid, uid)
+    os.chown(someone, uid + 1, uid + 1)
+    (open_dir / "link").symlink_to(closed)
+    learners = open_dir / "learners"  # the node's working directories: not searched
+    (learners / "program").mkdir(parents=True)
+    os.chown(learners / "program", uid, uid)
+    removed = remove_files_of(uid, [open_dir], skip=[learners])
+    assert sorted(removed) == sorted([str(left), str(own_dir)])
+    assert (learners / "program").exists()
+    assert someone.exists() and (closed / "unreachable").exists()  # out of the uid's reach

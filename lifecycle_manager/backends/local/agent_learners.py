@@ -36,9 +36,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learner_image import program_identity
+from learner_image import job_network, program_identity
 from learner_image.ps import sidecar
 from learner_image.runner_config import (
+    PRIVATE_MOUNTS,
+    PROGRAM_MOUNTS_ENV,
+    PROGRAM_NETWORK_ENV,
+    PROGRAM_TMPDIR_ENV,
     PROGRAM_UID_ENV,
     RUNNER_COMMAND,
     RUNNER_DIR_ENV,
@@ -49,6 +53,7 @@ from lifecycle_manager.backends.base import LearnerPhase, LearnerSpec, Resources
 from lifecycle_manager.decisions.job_progress import describe_exit
 from storage import exit_reports
 from storage.exit_reports import ExitReport
+from storage.private_files import open_private_append, write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ WORK_SUBDIRS = {
     "LOG_DIR": f"{PROGRAM_DIR}/logs",
     "CHECKPOINT_DIR": f"{PROGRAM_DIR}/checkpoints",
 }
+PROGRAM_TMP = f"{PROGRAM_DIR}/tmp"  # the program's TMPDIR (and its /tmp where mounts allow)
 RUNNER_DIR = "runner"  # the runner's own files (its complete log), root's alone
 RUNNER_LOG = "runner.log"
 EXIT_REPORT = "exit-report.json"  # what the runner leaves behind when it ends
@@ -197,17 +203,20 @@ class LearnerTable:
         keep_workdirs: bool = False,
         program_uids: range | None = None,
         work_root: Path | None = None,
+        private_mounts: bool = False,
     ) -> None:
         """`program_uids`: run each learner's program as a uid of its own from this range
         (the agent must be root); `work_root`: where learners' working directories go
         (default `root`; with program uids it must not be under a directory they cannot
-        traverse, such as a 0700 DLAAS_HOME)."""
+        traverse, such as a 0700 DLAAS_HOME); `private_mounts`: give each such program
+        private /tmp, /var/tmp, /dev/shm and /proc (`learner_image.program_sandbox`)."""
         self.root = root
         self.on_exit = on_exit
         self.grace = grace
         self.keep_workdirs = keep_workdirs
         self.program_uids = program_uids
         self.work_root = work_root or root
+        self.private_mounts = private_mounts
         self._state_file = root / "agent-learners.json"
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -251,7 +260,7 @@ class LearnerTable:
             "ports": self._ports,
         }
         temp = self._state_file.with_suffix(".tmp")
-        temp.write_text(json.dumps(data, indent=1))
+        write_private_text(temp, json.dumps(data, indent=1))
         os.replace(temp, self._state_file)
 
     # -- queries -----------------------------------------------------------------------
@@ -317,6 +326,23 @@ class LearnerTable:
             os.chown(path, record.uid, record.uid, follow_symlinks=False)
             path.chmod(0o700)
 
+    def _network_path(self, job: str, attempt: int) -> Path:
+        return self.root / "networks" / f"{job}-a{attempt}"
+
+    def _job_network(self, record: LearnerRecord) -> Path | None:
+        """The network namespace of the learner's job attempt, made for its first learner;
+        None where the node refuses one (its programs then share the node's network)."""
+        path = self._network_path(record.job, record.attempt)
+        if path.exists() and os.path.ismount(path):
+            return path
+        path.unlink(missing_ok=True)  # left by an agent that died before it was mounted
+        try:
+            job_network.make(path)
+        except OSError as error:
+            log.warning("%s shares the node's network: %s", record.name, error)
+            return None
+        return path
+
     def _master_port(self, job: str, attempt: int) -> int:
         key = f"{job}/a{attempt}"
         if key not in self._ports:
@@ -327,12 +353,27 @@ class LearnerTable:
         workdir = Path(record.workdir)
         self._prepare_workdir(record)
         env = self._environment(record, spec)
+        if record.uid is not None:
+            env[PROGRAM_TMPDIR_ENV] = str(workdir / PROGRAM_TMP)
+            if self.private_mounts:
+                env[PROGRAM_MOUNTS_ENV] = PRIVATE_MOUNTS
+                network = self._job_network(record)
+                if network is not None:
+                    env[PROGRAM_NETWORK_ENV] = str(network)
+        if sidecar.wanted(spec.env):
+            try:  # before the program starts, which must find it made
+                sidecar.make_region(record.job, record.learner, record.attempt, record.uid)
+            except OSError as error:
+                self._finish(
+                    record, 126, None, f"cannot make the parameter server's region: {error}"
+                )
+                return
         argv = learner_argv(spec.command, env["PATH"])
         if argv is None:
             missing = spec.command[0] if spec.command else "(empty command)"
             self._finish(record, 127, None, f"command not found: {missing}")
             return
-        with open(workdir / RUNNER_LOG, "ab") as output:
+        with open_private_append(workdir / RUNNER_LOG) as output:
             try:
                 process = subprocess.Popen(
                     argv,
@@ -362,7 +403,7 @@ class LearnerTable:
     ) -> None:
         """The `dlaas-ps` sidecar: `--supervise` restarts it if it dies and ends it when the
         learner's runner `pgid` exits, as a sidecar container ends with its pod."""
-        with open(Path(record.workdir) / PS_LOG, "ab") as output:
+        with open_private_append(Path(record.workdir) / PS_LOG) as output:
             try:
                 subprocess.Popen(
                     [*sidecar.command(sys.executable), "--supervise"],
@@ -571,14 +612,18 @@ class LearnerTable:
         port_key = f"{record.job}/a{record.attempt}"
         if not any(f"{r.job}/a{r.attempt}" == port_key for r in self._records.values()):
             self._ports.pop(port_key, None)
+            job_network.remove(self._network_path(record.job, record.attempt))
         shutil.rmtree(
-            sidecar.region_directory(record.job, record.learner, record.attempt),
+            sidecar.learner_directory(record.job, record.learner, record.attempt),
             ignore_errors=True,
         )
         if record.uid is not None:
-            program_identity.end_processes(
-                record.uid
-            )  # whatever the program left running, detached or not
+            # The uid is free for another learner from now on: nothing of this one's may
+            # be left for it, neither a process, detached or not, nor a file in /tmp.
+            program_identity.end_processes(record.uid)
+            removed = program_identity.remove_files_of(record.uid, skip=[self.work_root])
+            if removed:
+                log.info("removed what uid %s left of %s: %s", record.uid, record.name, removed)
         if not self.keep_workdirs:
             workdir = Path(record.workdir)
             shutil.rmtree(workdir, ignore_errors=True)

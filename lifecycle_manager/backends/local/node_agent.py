@@ -55,6 +55,7 @@ from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from learner_image import program_sandbox
 from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
 from lifecycle_manager.backends.local.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.local.client import AgentTokenError, agent_token
@@ -398,6 +399,15 @@ def main(argv: list[str] | None = None) -> None:
     isolating, why = isolation(settings.agent_isolation)
     if settings.agent_isolation == "on" and not isolating:
         parser.error(f"DLAAS_AGENT_ISOLATION=on, but {why}")
+    private_mounts = False
+    if isolating:
+        refused = program_sandbox.probe()
+        private_mounts = refused is None
+        why += (
+            ", each with private /tmp, /var/tmp, /dev/shm and /proc, and its job's own network"
+            if private_mounts
+            else f", sharing /tmp, /var/tmp and /dev/shm and seeing every process: {refused}"
+        )
     log.info("learners' programs %s", why)
     if isolating:
         base = settings.agent_program_uid_base
@@ -419,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
         keep_workdirs=args.keep_workdirs,
         program_uids=program_uids,
         work_root=work_root,
+        private_mounts=private_mounts,
     )
     table.load()
     stop = threading.Event()
