@@ -4,6 +4,7 @@ a submission picks its team, and named tokens that expire and are revoked."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -211,3 +212,54 @@ async def test_a_tokens_last_use_is_written_again_once_it_is_a_minute_old(api: H
     if last_used.tzinfo is None:
         last_used = last_used.replace(tzinfo=UTC)
     assert last_used > long_ago + timedelta(seconds=4)
+
+
+def _moment(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+async def test_a_token_that_expires_mints_none_that_outlives_it(api: Harness) -> None:
+    # The admin's tokens outlive the test on PostgreSQL: their names are new each run.
+    brief = await api.admin.post(
+        "/v2/tokens", json={"name": f"brief-{secrets.token_hex(4)}", "expires_in": 3600}
+    )
+    assert brief.status_code == 201
+    ends = _moment(brief.json()["expires_at"])
+    async with api.client(brief.json()["token"]) as expiring:
+        forever = await expiring.post("/v2/tokens", json={"name": "forever"})
+        longer = await expiring.post("/v2/tokens", json={"name": "longer", "expires_in": 7200})
+        shorter = await expiring.post("/v2/tokens", json={"name": "shorter", "expires_in": 60})
+        for made in (forever, longer):
+            assert made.status_code == 201 and _moment(made.json()["expires_at"]) == ends
+        assert shorter.status_code == 201 and _moment(shorter.json()["expires_at"]) < ends
+        unique = f"minted-{secrets.token_hex(4)}"
+        assert (await expiring.post("/v2/users", json={"name": unique})).status_code == 201
+    [default] = (await api.admin.get(f"/v2/users/{unique}/tokens")).json()["tokens"]
+    assert default["expires_at"] is not None and _moment(default["expires_at"]) == ends
+    # A token that never expires mints as asked.
+    lasting = await api.admin.post("/v2/tokens", json={"name": f"lasting-{secrets.token_hex(4)}"})
+    assert lasting.status_code == 201 and lasting.json()["expires_at"] is None
+
+
+async def test_a_v2_body_with_an_unknown_field_is_refused_naming_it(api: Harness) -> None:
+    alice = await api.add_user("alice")
+    typo = await alice.client.post("/v2/tokens", json={"name": "typo", "expires_in_s": 60})
+    assert typo.status_code == 422 and typo.json()["field"] == "expires_in_s"
+    assert "expires_in_s: is not a field of this request" in typo.json()["detail"]
+    names = [t["name"] for t in (await alice.client.get("/v2/tokens")).json()["tokens"]]
+    assert names == ["default"]
+    team = await api.add_team("strict", {alice: "team_admin"})
+    for path, body in (
+        ("/v2/users", {"name": f"u-{secrets.token_hex(4)}", "admin": False, "team": "x"}),
+        ("/v2/teams", {"name": f"t-{secrets.token_hex(4)}", "quota": 1}),
+        (f"/v2/teams/{team}/members", {"user": alice.name, "roles": "viewer"}),
+    ):
+        refused = await api.admin.post(path, json=body)
+        extra = next(key for key in body if key not in ("name", "admin", "user"))
+        assert refused.status_code == 422, (path, refused.text)
+        assert refused.json()["field"] == extra, (path, refused.text)
+    role = await api.admin.patch(
+        f"/v2/teams/{team}/members/{alice.name}", json={"role": "team_admin", "why": "x"}
+    )
+    assert role.status_code == 422 and role.json()["field"] == "why"
