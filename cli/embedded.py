@@ -42,6 +42,11 @@ AGENT_PORT = 8471
 REDIS_PORT = 6479
 AGENT_TOKEN_FILE = "agent-token"
 REDIS_CONFIG = "redis.conf"
+# What the embedded Redis may hold (DLAAS_REDIS_MAXMEMORY changes it). At the bound it
+# refuses writes rather than evicting: an evicted broker message or job stream is work
+# silently lost.
+REDIS_MAXMEMORY = "1gb"
+REDIS_MAXMEMORY_POLICY = "noeviction"
 
 
 class PlatformError(RuntimeError):
@@ -252,6 +257,8 @@ def service_command(
             "--dir", str(home / "redis"),
             "--save", "60 1",
             "--appendonly", "yes",
+            "--maxmemory", environ.get("DLAAS_REDIS_MAXMEMORY", REDIS_MAXMEMORY),
+            "--maxmemory-policy", REDIS_MAXMEMORY_POLICY,
         ]  # fmt: skip
     elif name == "agent":
         argv = [
