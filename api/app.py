@@ -31,6 +31,7 @@ from api.openapi_contract import install_contract
 from api.rate_limit import RateLimitMiddleware
 from api.routes import (
     data,
+    invitations,
     job_objects,
     jobs,
     logs,
@@ -68,6 +69,7 @@ ROUTE_MODULES = (
     plan,
     users,
     teams,
+    invitations,
     tokens,
     system,
     job_objects,

@@ -216,6 +216,24 @@ class MemberPublic(BaseModel):
     role: RoleName
 
 
+class MemberAdded(MemberPublic):
+    invited: bool = Field(
+        description="true: the user is invited, and becomes a member when they accept "
+        "(`POST /v2/invitations/{team}`); the answer is the same whether or not a user of "
+        "that name exists. false: a platform admin added them at once"
+    )
+
+
+class InvitationPublic(BaseModel):
+    team: str
+    role: RoleName
+    invited_at: datetime
+
+
+class InvitationList(BaseModel):
+    invitations: list[InvitationPublic]
+
+
 class MemberList(BaseModel):
     members: list[MemberPublic]
     next: NextCursor = None
