@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
+from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI, Request
@@ -30,6 +31,7 @@ from api.openapi_contract import install_contract
 from api.rate_limit import RateLimitMiddleware
 from api.routes import (
     data,
+    invitations,
     job_objects,
     jobs,
     logs,
@@ -67,6 +69,7 @@ ROUTE_MODULES = (
     plan,
     users,
     teams,
+    invitations,
     tokens,
     system,
     job_objects,
@@ -130,6 +133,12 @@ def _field_of(location: tuple[object, ...]) -> str:
     return ".".join(parts) or "request"
 
 
+def _problem(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "is not a field of this request; check its spelling against the API reference"
+    return str(error["msg"])
+
+
 def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> str:
     """Every method some route serves at the request's path. Starlette's own Allow names
     only the first route whose path matched, where a path's methods may be split between
@@ -150,7 +159,7 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
-        problems = [f"{_field_of(e['loc'])}: {e['msg']}" for e in error.errors()]
+        problems = [f"{_field_of(e['loc'])}: {_problem(e)}" for e in error.errors()]
         first = error.errors()[0] if error.errors() else {"loc": ()}
         body = {
             "error": "invalid_request",

@@ -46,6 +46,9 @@ class Principal:
     is_admin: bool  # a platform admin
     teams: tuple[TeamRole, ...] = ()
     token_id: int | None = None
+    # When the token the request carries stops working (None: never); what it mints
+    # expires no later (`api.services.tokens.minted_expiry`).
+    token_expires_at: datetime | None = None
 
     def membership(self, team_id: int) -> TeamRole | None:
         return next((team for team in self.teams if team.team_id == team_id), None)
@@ -138,7 +141,10 @@ async def _look_up(
         await _note_use(session, row.id, now)
     teams = tuple(await roles_of(session, user.id))
     expires_at = None if row.expires_at is None else api_tokens.aware(row.expires_at)
-    return Principal(user.id, user.name, user.is_admin, teams, token_id=row.id), expires_at
+    principal = Principal(
+        user.id, user.name, user.is_admin, teams, token_id=row.id, token_expires_at=expires_at
+    )
+    return principal, expires_at
 
 
 async def _note_use(session: AsyncSession, token_id: int, now: datetime) -> None:

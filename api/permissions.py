@@ -81,6 +81,9 @@ PERMISSIONS: dict[str, Rule] = {
     "POST /v2/teams/{team}/members": Rule(_T, _TEAM_ADMIN, "add members to it"),
     "PATCH /v2/teams/{team}/members/{user}": Rule(_T, _TEAM_ADMIN, "change its members' roles"),
     "DELETE /v2/teams/{team}/members/{user}": Rule(_T, _TEAM_ADMIN, "remove its members"),
+    "GET /v2/invitations": Rule(_P, _ANY, "list their invitations"),
+    "POST /v2/invitations/{team}": Rule(_P, _ANY, "accept their invitations"),
+    "DELETE /v2/invitations/{team}": Rule(_P, _ANY, "decline their invitations"),
     "GET /v2/teams/{team}/quota": Rule(_T, _VIEWER, "read its quota"),
     "PUT /v2/teams/{team}/quota": Rule(_T, _ADMIN, "set a team's quota"),
     # users and their tokens

@@ -18,6 +18,7 @@ from pydantic import (
 
 from api.json_numbers import whole_number
 from api.manifest import MAX_PRIORITY
+from api.request_body import RequestBody
 from storage.memory_sizes import MAX_MEMORY_BYTES, parse_memory
 from storage.team_quotas import TeamQuota
 
@@ -96,8 +97,8 @@ def _check_products(gpus: dict[str, int] | None) -> dict[str, int] | None:
     return gpus
 
 
-class AmountsBody(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+class AmountsBody(RequestBody):
+    model_config = ConfigDict(allow_inf_nan=False)
 
     gpus: Annotated[GpuCounts | None, AfterValidator(_check_products)] = None
     cpus: Cpus | None = None

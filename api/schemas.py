@@ -6,11 +6,12 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from api.json_numbers import whole_number
 from api.manifest import unknown_field_warnings
 from api.quota_schemas import QuotaPublic
+from api.request_body import RequestBody
 from storage.models import ApiToken, Job, JobEvent
 
 NextCursor = Annotated[
@@ -141,9 +142,7 @@ NAME = re.compile(r"^[a-z][a-z0-9._-]{0,62}$")
 NAME_RULE = "1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter"
 
 
-class UserCreate(BaseModel):
-    model_config = ConfigDict(strict=True)  # `"admin": 0` is a mistake, not False
-
+class UserCreate(RequestBody):  # strict: `"admin": 0` is a mistake, not False
     # The route checks the name, saying the rule in words; the schema states it.
     name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
     admin: bool = False
@@ -185,9 +184,7 @@ class UserCreated(BaseModel):
     warning: str | None = None
 
 
-class TeamCreate(BaseModel):
-    model_config = ConfigDict(strict=True)
-
+class TeamCreate(RequestBody):
     name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
 
 
@@ -205,22 +202,36 @@ class TeamList(BaseModel):
     next: NextCursor = None
 
 
-class MemberAdd(BaseModel):
-    model_config = ConfigDict(strict=True)
-
+class MemberAdd(RequestBody):
     user: str = Field(json_schema_extra={"pattern": NAME.pattern}, description="a user's name")
     role: RoleName = "member"
 
 
-class MemberRole(BaseModel):
-    model_config = ConfigDict(strict=True)
-
+class MemberRole(RequestBody):
     role: RoleName
 
 
 class MemberPublic(BaseModel):
     user: str
     role: RoleName
+
+
+class MemberAdded(MemberPublic):
+    invited: bool = Field(
+        description="true: the user is invited, and becomes a member when they accept "
+        "(`POST /v2/invitations/{team}`); the answer is the same whether or not a user of "
+        "that name exists. false: a platform admin added them at once"
+    )
+
+
+class InvitationPublic(BaseModel):
+    team: str
+    role: RoleName
+    invited_at: datetime
+
+
+class InvitationList(BaseModel):
+    invitations: list[InvitationPublic]
 
 
 class MemberList(BaseModel):
@@ -231,9 +242,7 @@ class MemberList(BaseModel):
 MAX_TOKEN_LIFETIME_S = 5 * 366 * 24 * 3600
 
 
-class TokenCreate(BaseModel):
-    model_config = ConfigDict(strict=True)
-
+class TokenCreate(RequestBody):
     name: str = Field(json_schema_extra={"pattern": NAME.pattern}, description=NAME_RULE)
     expires_in: Annotated[int | None, BeforeValidator(whole_number)] = Field(
         None,

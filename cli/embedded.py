@@ -49,6 +49,11 @@ AGENT_TOKEN_FILE = "agent-token"
 REDIS_CONFIG = "redis.conf"
 SETTINGS_DIR = "settings"
 SETTINGS_FILE_ENV = "DLAAS_SETTINGS_FILE"  # read by every service's settings
+# What the embedded Redis may hold (DLAAS_REDIS_MAXMEMORY changes it). At the bound it
+# refuses writes rather than evicting: an evicted broker message or job stream is work
+# silently lost.
+REDIS_MAXMEMORY = "1gb"
+REDIS_MAXMEMORY_POLICY = "noeviction"
 
 
 class PlatformError(RuntimeError):
@@ -260,6 +265,8 @@ def service_command(
             "--dir", str(home / "redis"),
             "--save", "60 1",
             "--appendonly", "yes",
+            "--maxmemory", environ.get("DLAAS_REDIS_MAXMEMORY", REDIS_MAXMEMORY),
+            "--maxmemory-policy", REDIS_MAXMEMORY_POLICY,
         ]  # fmt: skip
     elif name == "agent":
         argv = [

@@ -262,7 +262,7 @@ def show(
         ("command", framework.get("command")),
     ]
     print_fields(
-        (label, value if isinstance(value, Text) else Text(str(value)))
+        (label, value if isinstance(value, Text) else str(value))
         for label, value in rows
         if value not in (None, "")
     )

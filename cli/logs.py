@@ -24,10 +24,11 @@ from cli.output import (
     print_plain,
     stdout_console,
 )
+from cli.terminal_text import visible
 
 
 def format_line(event: dict[str, Any], prefixed: bool) -> str:
-    text = str(event.get("line", ""))
+    text = visible(str(event.get("line", "")))
     learner = event.get("learner")
     if prefixed and learner is not None:
         return f"[{learner}] {text}"
@@ -188,7 +189,7 @@ class JobStatus:
             if self.step is not None:
                 text.append(f"  step {self.step}")
             for name, value in list(self.values.items())[:6]:
-                text.append(f"  {name}={format_number(value)}", style="dim")
+                text.append(visible(f"  {name}={format_number(value)}"), style="dim")
         return text
 
 

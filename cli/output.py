@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.client import ProgressCallback
+from cli.terminal_text import visible
 
 # Tables printed when stdout is not a terminal (piped, redirected) fit this many columns
 # unless COLUMNS says otherwise, as `ls` and `ps` do.
@@ -79,7 +80,7 @@ def print_json_line(value: Any) -> None:
 
 
 def print_plain(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(visible(line) + "\n")
     sys.stdout.flush()
 
 
@@ -92,17 +93,17 @@ def stdout_closed() -> None:
 
 
 def error_line(message: str) -> None:
-    stderr_console().print(Text(f"error: {message}", style="bold red"))
+    stderr_console().print(Text(f"error: {visible(message)}", style="bold red"))
 
 
 def warning_line(message: str) -> None:
     """Something the user should fix though nothing failed, on stderr."""
-    stderr_console().print(Text(f"warning: {message}", style="yellow"))
+    stderr_console().print(Text(f"warning: {visible(message)}", style="yellow"))
 
 
 def note(message: str) -> None:
     """A human remark on stderr, so stdout stays clean for data."""
-    stderr_console().print(Text(message, style="dim"))
+    stderr_console().print(Text(visible(message), style="dim"))
 
 
 @contextmanager
@@ -343,7 +344,7 @@ def _print_fitted(
             table.add_column(header, justify=justify, no_wrap=True, min_width=natural[i])
     for row in rows:
         # A cell is text as it is: a name such as "[wip] resnet" is not Rich markup.
-        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
+        table.add_row(*(Text(visible(cell)) if isinstance(cell, str) else cell for cell in row))
     shown = [limits.get(i, width) for i, width in enumerate(natural)]
     needed = sum(shown) + _padding(table, len(headers))
     if needed > console.width:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from cli.context import Invocation, dlaas_command
 from cli.errors import CliError
@@ -20,6 +21,7 @@ from cli.output import (
     stdout_console,
     transfer_progress,
 )
+from cli.terminal_text import visible
 
 JobId = Annotated[str, typer.Argument(metavar="ID", help="The job id (training-...).")]
 
@@ -50,7 +52,8 @@ def metrics(
                 names.append(name)
     table = Table(box=None, header_style="bold")
     for column in ("LEARNER", "STEP", "TIME", *names):
-        table.add_column(column, justify="right" if column != "TIME" else "left")
+        # the program names its metrics: neither Rich markup nor terminal controls
+        table.add_column(Text(visible(column)), justify="right" if column != "TIME" else "left")
     for record in records:
         raw = record.get("values")
         values: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -58,7 +61,10 @@ def metrics(
             str(record.get("learner", "")),
             format_number(record.get("step")),
             format_time(record.get("time")),
-            *(format_number(values.get(name)) if name in values else "" for name in names),
+            *(
+                Text(visible(format_number(values.get(name)))) if name in values else ""
+                for name in names
+            ),
         )
     stdout_console().print(table)
 

@@ -80,8 +80,50 @@ def add_member(
     user: UserName,
     role: Annotated[RoleName, typer.Option("--role", help="The member's role.")] = RoleName.member,
 ) -> None:
-    """Add a user to a team (team admins and platform admins)."""
-    _report(inv, inv.client().add_member(team, user, role.value), team)
+    """Add a user to a team: a platform admin adds them at once; a team admin invites them,
+    and they join with `dlaas team join TEAM`."""
+    added = inv.client().add_member(team, user, role.value)
+    if inv.json or not added.get("invited"):
+        _report(inv, added, team)
+        return
+    print_plain(f"invited {added['user']} into team {team} as a {added['role']}")
+    note(
+        f"they join with `dlaas team join {team}` (if a user of that name exists: the answer "
+        "is the same either way)"
+    )
+
+
+@dlaas_command
+def invitations(inv: Invocation) -> None:
+    """List the teams you are invited into."""
+    offers = inv.client().invitations()
+    if inv.json:
+        print_json({"invitations": offers})
+        return
+    if not offers:
+        note("no invitations")
+        return
+    print_table(
+        ("TEAM", "ROLE", "INVITED"),
+        ((str(o["team"]), str(o["role"]), format_time(o.get("invited_at"))) for o in offers),
+    )
+    note("join one with `dlaas team join TEAM`, or `dlaas team decline TEAM`")
+
+
+@dlaas_command
+def join(inv: Invocation, team: TeamName) -> None:
+    """Accept your invitation into a team: join it with the role it offers."""
+    _report(inv, inv.client().accept_invitation(team), team)
+
+
+@dlaas_command
+def decline(inv: Invocation, team: TeamName) -> None:
+    """Decline your invitation into a team."""
+    inv.client().decline_invitation(team)
+    if inv.json:
+        print_json({"team": team, "declined": True})
+    else:
+        print_plain(f"declined the invitation into team {team}")
 
 
 @dlaas_command
@@ -119,5 +161,8 @@ def register(app: typer.Typer) -> None:
     team_app.command("add-member")(add_member)
     team_app.command("set-role")(set_role)
     team_app.command("remove-member")(remove_member)
+    team_app.command("invitations")(invitations)
+    team_app.command("join")(join)
+    team_app.command("decline")(decline)
     team_app.command("quota")(quota)
     app.add_typer(team_app, name="team")

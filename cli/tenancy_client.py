@@ -53,6 +53,15 @@ class TenancyCalls(ABC):
     def remove_member(self, team: str, user: str) -> None:
         self._json("DELETE", f"/v2/teams/{_part(team)}/members/{_part(user)}")
 
+    def invitations(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/v2/invitations")["invitations"])
+
+    def accept_invitation(self, team: str) -> dict[str, Any]:
+        return self._json("POST", f"/v2/invitations/{_part(team)}")
+
+    def decline_invitation(self, team: str) -> None:
+        self._json("DELETE", f"/v2/invitations/{_part(team)}")
+
     # -- users ------------------------------------------------------------------------------
 
     def create_user(self, name: str, *, admin: bool = False) -> dict[str, Any]:

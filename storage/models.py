@@ -107,6 +107,22 @@ class Membership(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Invitation(Base):
+    """A team admin's invitation of a user into a team with a role: the user becomes a
+    member only when they accept it (`api.services.teams.accept_invitation`)."""
+
+    __tablename__ = "team_invitations"
+
+    team_id: Mapped[int] = mapped_column(
+        ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ApiToken(Base):
     """A user's named bearer token (only its hash is kept). A revoked token keeps its row,
     so that a request with it is told it was revoked; its name is free again."""

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.models import Membership, Team, User
+from storage.models import Invitation, Membership, Team, User
 from storage.roles import Role
 
 
@@ -116,3 +117,43 @@ async def team_admins_besides(session: AsyncSession, team_id: int, user_id: int)
         )
     )
     return int((await session.execute(query)).scalar_one())
+
+
+@dataclass(frozen=True)
+class Invited:
+    team: str
+    role: Role
+    invited_at: datetime
+
+
+async def invite(session: AsyncSession, team_id: int, user_id: int, role: Role) -> None:
+    """Invite the user into the team with `role` (an earlier invitation takes the new role)."""
+    invitation = await session.get(Invitation, (team_id, user_id))
+    if invitation is None:
+        session.add(Invitation(team_id=team_id, user_id=user_id, role=role.value))
+    else:
+        invitation.role = role.value
+    await session.flush()
+
+
+async def invitations_of(session: AsyncSession, user_id: int) -> list[Invited]:
+    """The user's invitations not yet accepted nor declined, by team name."""
+    query = (
+        select(Team.name, Invitation.role, Invitation.created_at)
+        .join(Invitation, Invitation.team_id == Team.id)
+        .where(Invitation.user_id == user_id)
+        .order_by(Team.name)
+    )
+    rows = await session.execute(query)
+    return [Invited(name, Role(role), at) for name, role, at in rows.all()]
+
+
+async def take_invitation(session: AsyncSession, team_id: int, user_id: int) -> Role | None:
+    """Remove the user's invitation into the team; the role it offered, None if none."""
+    invitation = await session.get(Invitation, (team_id, user_id))
+    if invitation is None:
+        return None
+    role = Role(invitation.role)
+    await session.delete(invitation)
+    await session.flush()
+    return role

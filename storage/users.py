@@ -15,17 +15,23 @@ from storage.roles import Role
 
 
 async def create_user(
-    session: AsyncSession, name: str, *, is_admin: bool = False, token: str | None = None
+    session: AsyncSession,
+    name: str,
+    *,
+    is_admin: bool = False,
+    token: str | None = None,
+    token_expires_at: datetime | None = None,
 ) -> tuple[User, str]:
-    """Create a user, their team and their default token (`token`, else a random one);
-    returns the user and the token, which is never retrievable again."""
+    """Create a user, their team and their default token (`token`, else a random one),
+    which expires at `token_expires_at` (None: never); returns the user and the token,
+    which is never retrievable again."""
     user = User(name=name, is_admin=is_admin)
     session.add(user)
     await session.flush()
     team = await teams.create_team(session, name, personal_user_id=user.id)
     await teams.add_member(session, team.id, user.id, Role.TEAM_ADMIN)
     _, secret = await api_tokens.create_token(
-        session, user.id, api_tokens.DEFAULT_TOKEN_NAME, token=token
+        session, user.id, api_tokens.DEFAULT_TOKEN_NAME, token=token, expires_at=token_expires_at
     )
     return user, secret
 

@@ -24,7 +24,7 @@ from fastapi.routing import APIRoute
 from api.access import JobGrant, check_platform, readable_job
 from api.auth import Principal, authenticate
 from api.deps import StateDep
-from api.errors import NotFound, Unauthorized
+from api.errors import DlaasError, NotFound, Unauthorized
 from api.ffdl_v1.mapping import GATEWAY_TOKEN_HEADER, USERINFO_HEADER, userinfo_user
 from api.permissions import PERMISSIONS, Rule
 from api.state import ApiState
@@ -107,11 +107,25 @@ async def _userinfo_principal(header: str, state: ApiState) -> Principal:
     return principal
 
 
+def _single_header(request: Request, name: str) -> str | None:
+    """The header's value; refused when it is sent more than once, which of the values
+    counts being up to whoever reads it (a gateway may read another than dlaas)."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise DlaasError(
+            f"{name} is sent {len(values)} times: the gateway must send it once",
+            code="repeated_header",
+            field=name,
+        )
+    return values[0] if values else None
+
+
 async def v1_principal(request: Request, state: StateDep) -> Principal:
     """The caller: the holder of the bearer token; else, when the operator trusts the
     gateway and the request carries its secret, the user its identity header names."""
     authorization = request.headers.get("authorization")
-    userinfo = request.headers.get(USERINFO_HEADER)
+    userinfo = _single_header(request, USERINFO_HEADER)
+    _single_header(request, GATEWAY_TOKEN_HEADER)
     if authorization is None and userinfo is not None and _gateway_vouches(request, state):
         return await _userinfo_principal(userinfo, state)
     return await authenticate(authorization, state)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import orjson
 
-from api.errors import Invalid
+from api.errors import DlaasError, Invalid
 from api.ffdl_v1.schemas import (
     AnyValue,
     Datastore,
@@ -183,7 +183,18 @@ USERINFO_USER_KEY = "bluemix-instance-id"
 def userinfo_user(header: str) -> str | None:
     """The user an `X-Watson-Userinfo` header names: `key=value` pairs separated by `;`,
     the user being `bluemix-instance-id`'s value; None when it names none. A pair without
-    exactly one `=` is skipped, as FfDL's gateway middleware skips it."""
+    exactly one `=` is skipped, as FfDL's gateway middleware skips it. A key given twice is
+    refused: which one counts would be up to whoever reads the header, and a gateway that
+    takes the first while dlaas took the last would let a caller pick their user."""
+    keys = [item.split("=", 1)[0].strip() for item in header.split(";") if "=" in item]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise DlaasError(
+            f"{USERINFO_HEADER} gives {', '.join(repr(key) for key in repeated)} more than "
+            "once: the gateway must send each key once",
+            code="bad_userinfo",
+            field=USERINFO_HEADER,
+        )
     pairs = dict(
         (parts[0].strip(), parts[1].strip())
         for item in header.split(";")

@@ -13,6 +13,7 @@ from api.quota_schemas import QuotaBody, QuotaPublic, quota_public
 from api.schemas import (
     NAME,
     MemberAdd,
+    MemberAdded,
     MemberList,
     MemberPublic,
     MemberRole,
@@ -59,9 +60,29 @@ async def list_members(access: TeamAccess, session: SessionDep, page: PageQuery)
     return await service.list_members(session, access.team, page)
 
 
-@router.post("/{team}/members", status_code=201, response_model=MemberPublic)
-async def add_member(body: MemberAdd, access: TeamAccess, session: SessionDep) -> MemberPublic:
-    return await service.add_member(session, access.team, body.user, Role(body.role))
+@router.post(
+    "/{team}/members",
+    status_code=201,
+    response_model=MemberAdded,
+    responses={
+        202: {
+            "model": MemberAdded,
+            "description": "Invited (a team admin's request): the user becomes a member "
+            "when they accept",
+        }
+    },
+)
+async def add_member(
+    body: MemberAdd, access: TeamAccess, session: SessionDep, response: Response
+) -> MemberAdded:
+    """A platform admin adds the user at once (201); a team admin invites them (202), and
+    they join when they accept with `POST /v2/invitations/{team}`."""
+    added = await service.add_member(
+        session, access.principal, access.team, body.user, Role(body.role)
+    )
+    if added.invited:
+        response.status_code = 202
+    return added
 
 
 @router.patch("/{team}/members/{user}", response_model=MemberPublic)

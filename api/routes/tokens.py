@@ -29,8 +29,9 @@ UserName = Annotated[str, Path(pattern=NAME.pattern, max_length=63, description=
 
 @router.post("/v2/tokens", status_code=201, response_model=TokenCreated)
 async def create_token(body: TokenCreate, session: SessionDep, user: Allowed) -> TokenCreated:
-    """A new token of yours; the answer holds the token itself, which is never shown again."""
-    return await service.create_token(session, user.id, body.name, body.expires_in)
+    """A new token of yours; the answer holds the token itself, which is never shown again.
+    It expires no later than the token that asks for it."""
+    return await service.create_token(session, user, body.name, body.expires_in)
 
 
 @router.get("/v2/tokens", response_model=TokenList)

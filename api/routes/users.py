@@ -18,8 +18,10 @@ from api.schemas import (
     UserSummary,
 )
 from api.services.teams import check_name
+from api.services.tokens import minted_expiry
 from api.state import ApiState
 from storage import streams
+from storage.models import utcnow
 from storage.users import create_user, users_after
 
 router = APIRouter(prefix="/v2/users", tags=["users"])
@@ -46,10 +48,14 @@ async def shared_user_warning(state: ApiState) -> str | None:
 async def add_user(
     body: UserCreate, session: SessionDep, user: Allowed, state: StateDep
 ) -> UserCreated:
-    """A new user, with a team of their own named after them and a token named default."""
+    """A new user, with a team of their own named after them and a token named default,
+    which expires when the token that asks for it does (never, when that one never does)."""
     check_name(body.name)
+    expires_at = minted_expiry(utcnow(), None, user.token_expires_at)
     try:
-        created, token = await create_user(session, body.name, is_admin=body.admin)
+        created, token = await create_user(
+            session, body.name, is_admin=body.admin, token_expires_at=expires_at
+        )
         await session.commit()
     except IntegrityError:
         raise Conflict(f"a user or team named {body.name!r} exists already", field="name") from None

@@ -9,7 +9,17 @@ from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.pagination import PageRequest, name_cursor, name_position, split_page
 from api.quota_schemas import quota_public
-from api.schemas import NAME, NAME_RULE, MemberList, MemberPublic, TeamList, TeamPublic
+from api.schemas import (
+    NAME,
+    NAME_RULE,
+    InvitationList,
+    InvitationPublic,
+    MemberAdded,
+    MemberList,
+    MemberPublic,
+    TeamList,
+    TeamPublic,
+)
 from storage import teams as repo
 from storage.models import Membership, Team
 from storage.roles import Role
@@ -70,25 +80,74 @@ async def list_members(session: AsyncSession, team: Team, page: PageRequest) -> 
     )
 
 
-async def add_member(session: AsyncSession, team: Team, name: str, role: Role) -> MemberPublic:
+async def add_member(
+    session: AsyncSession, caller: Principal, team: Team, name: str, role: Role
+) -> MemberAdded:
+    """A platform admin (who may list every user) adds the user at once. A team admin
+    invites them: nobody joins a team without saying yes, and the answer is the same
+    whether or not a user of that name exists, so that adding names to a team does not tell
+    which users there are (the team's own members it shows anyway)."""
     check_name(name, "user")
     user = await user_by_name(session, name)
-    if user is None:
-        raise NotFound(
-            f"no user {name!r}: `dlaas user list` shows them", code="unknown_user", field="user"
-        )
-    if await repo.membership(session, team.id, user.id) is not None:
+    if user is not None and await repo.membership(session, team.id, user.id) is not None:
         raise Conflict(
             f"{name} is a member of team {team.name} already: change the role with "
             f"`dlaas team set-role {team.name} {name} ROLE`",
             field="user",
         )
+    if not caller.is_admin:
+        if user is not None:
+            await repo.invite(session, team.id, user.id, role)
+            await session.commit()
+        return MemberAdded(user=name, role=role.value, invited=True)
+    if user is None:
+        raise NotFound(
+            f"no user {name!r}: `dlaas user list` shows them", code="unknown_user", field="user"
+        )
+    await _join(session, team, user.id, name, role)
+    return MemberAdded(user=name, role=role.value, invited=False)
+
+
+async def _join(session: AsyncSession, team: Team, user_id: int, name: str, role: Role) -> None:
     try:
-        await repo.add_member(session, team.id, user.id, role)
+        await repo.add_member(session, team.id, user_id, role)
         await session.commit()
     except IntegrityError:  # added by a request that ran at the same time
         raise Conflict(f"{name} is a member of team {team.name} already", field="user") from None
-    return MemberPublic(user=name, role=role.value)
+
+
+async def list_invitations(session: AsyncSession, user: Principal) -> InvitationList:
+    invited = await repo.invitations_of(session, user.id)
+    return InvitationList(
+        invitations=[
+            InvitationPublic(team=i.team, role=i.role.value, invited_at=i.invited_at)
+            for i in invited
+        ]
+    )
+
+
+async def _invited_into(session: AsyncSession, user: Principal, name: str) -> tuple[Team, Role]:
+    """The team the user is invited into and the role offered, the invitation taken."""
+    team = await repo.team_by_name(session, name)
+    role = None if team is None else await repo.take_invitation(session, team.id, user.id)
+    if team is None or role is None:
+        raise NotFound(
+            f"no invitation into team {name!r}: `dlaas team invitations` lists yours",
+            field="team",
+        )
+    return team, role
+
+
+async def accept_invitation(session: AsyncSession, user: Principal, name: str) -> MemberPublic:
+    """The invited user joins the team with the role the invitation offers."""
+    team, role = await _invited_into(session, user, name)
+    await _join(session, team, user.id, user.name, role)
+    return MemberPublic(user=user.name, role=role.value)
+
+
+async def decline_invitation(session: AsyncSession, user: Principal, name: str) -> None:
+    await _invited_into(session, user, name)
+    await session.commit()
 
 
 async def _member(session: AsyncSession, team: Team, name: str) -> Membership:

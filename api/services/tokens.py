@@ -3,11 +3,12 @@ admin lists and revokes anyone's."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.auth import Principal
 from api.errors import Conflict, NotFound
 from api.pagination import PageRequest, id_cursor, id_position, split_page
 from api.schemas import Revoked, TokenCreated, TokenList, TokenPublic
@@ -17,13 +18,25 @@ from storage.models import User, utcnow
 from storage.users import user_by_name
 
 
+def minted_expiry(
+    now: datetime, expires_in_s: int | None, minter_expires_at: datetime | None
+) -> datetime | None:
+    """When a token made with another one expires: as asked, but never after the token that
+    made it, so a token that expires cannot pass its holder's access on beyond itself."""
+    asked = None if expires_in_s is None else now + timedelta(seconds=expires_in_s)
+    bounds = [moment for moment in (asked, minter_expires_at) if moment is not None]
+    return min(bounds, default=None)
+
+
 async def create_token(
-    session: AsyncSession, user_id: int, name: str, expires_in_s: int | None
+    session: AsyncSession, minter: Principal, name: str, expires_in_s: int | None
 ) -> TokenCreated:
+    """A new token of the minter's, expiring when asked or when the minter's token does,
+    whichever comes first."""
     check_name(name)
-    expires_at = None if expires_in_s is None else utcnow() + timedelta(seconds=expires_in_s)
+    expires_at = minted_expiry(utcnow(), expires_in_s, minter.token_expires_at)
     try:
-        row, secret = await repo.create_token(session, user_id, name, expires_at=expires_at)
+        row, secret = await repo.create_token(session, minter.id, name, expires_at=expires_at)
         await session.commit()
     except IntegrityError:
         raise Conflict(

@@ -1,6 +1,7 @@
 """Redis's job users kept in line with the database: each job that may run has a user that
 its live tokens sign in as, and a stopped or deleted job's user goes within a second
-(`storage.job_redis_users` says what a user may do; the monitor runs `sync` every second)."""
+(`storage.job_redis_users` says what a user may do; the monitor runs `sync` every second).
+Each pass also brings the live jobs' keys back within their bounds (`storage.job_key_bounds`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import time
 
 from lifecycle_manager.glue.context import Context
-from storage import job_credentials, job_redis_users
+from storage import job_credentials, job_key_bounds, job_redis_users
 from storage.job_redis_users import AccessPlan
 
 log = logging.getLogger("dlaas.job_users")
@@ -31,6 +32,13 @@ async def sync(ctx: Context) -> AccessPlan:
             log.info("job users granted: %s", ", ".join(plan.grant))
         if plan.revoke:
             log.info("job users revoked: %s", ", ".join(plan.revoke))
+    for job_id, keys in (await job_key_bounds.abound_jobs(ctx.redis, sorted(live))).items():
+        log.warning(
+            "job %s held more in Redis than it may (its user wrote past the platform's "
+            "caps): deleted %s",
+            job_id,
+            ", ".join(keys),
+        )
     return plan
 
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from cli import embedded
 from cli.config import private_dir, write_private
+from storage import job_credentials, job_key_bounds, job_redis_users, streams
 from tests.services import free_port
 
 
@@ -200,3 +202,43 @@ def test_dlaas_down_stops_the_learners_through_the_agent_with_its_token(
         ("GET", f"{record.agent_url}/learners", expected),
         ("DELETE", f"{record.agent_url}/jobs/j1", expected),
     ]
+
+
+async def test_a_job_writing_past_its_bound_grows_redis_past_neither_bound(
+    tmp_path: Path,
+) -> None:
+    """The embedded Redis holds at most its maxmemory and evicts nothing to make room: a job
+    whose user adds without MAXLEN is refused there, the platform's keys stay, and the
+    monitor's pass (`job_key_bounds.abound_jobs`) gives the room back."""
+    maxmemory = 160 * 1000**2
+    record = _record(tmp_path)
+    record.redis_url = f"redis://:{secrets.token_hex(16)}@127.0.0.1:{free_port()}/0"
+    record.pids = {}
+    record.save()
+    private_dir(tmp_path / "logs")
+    embedded.start_service(tmp_path, "redis", environ={"DLAAS_REDIS_MAXMEMORY": str(maxmemory)})
+    platform = aioredis.Redis.from_url(record.redis_url)
+    job_id, token = "training-flooder", "dlaasjob_" + secrets.token_hex(16)
+    try:
+        assert await platform.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        await platform.lpush("celery", b"a broker message")
+        await job_redis_users.agrant(platform, job_id, [job_credentials.hash_job_token(token)])
+        job = redis.Redis.from_url(job_redis_users.learner_url(record.redis_url, job_id, token))
+        entry = {"lines": "x" * 64 * 1024}
+        written = 0
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for _ in range(2 * maxmemory // len(entry["lines"])):  # twice what Redis may hold
+                job.xadd(streams.logs_key(job_id), entry)  # no MAXLEN
+                written += 1
+        job.close()
+        used = (await platform.info("memory"))["used_memory"]
+        assert written * 64 * 1024 < 1.1 * maxmemory and used < 1.1 * maxmemory
+        assert await platform.lrange("celery", 0, -1) == [b"a broker message"]  # not evicted
+        deleted = await job_key_bounds.abound_jobs(platform, [job_id])
+        assert deleted == {job_id: [streams.logs_key(job_id)]}
+        used = (await platform.info("memory"))["used_memory"]
+        assert used < job_key_bounds.LOGS_MAX_BYTES, used
+        await platform.lpush("celery", b"the platform writes again")
+    finally:
+        await platform.aclose()
+        embedded.stop(tmp_path)

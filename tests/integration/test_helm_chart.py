@@ -27,6 +27,7 @@ from tests.heartbeat_probe import (
     assert_probe_tells_a_stale_heartbeat,
 )
 from tests.kube import rbac
+from tests.redis_bounds import maxmemory_of
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "dlaas"
 VERSIONS = ("1.30.0", "1.37.0")
@@ -448,6 +449,12 @@ def test_the_bundled_redis_requires_the_password_dlaas_connects_with(
     assert container["command"][:2] == ["sh", "-c"]
     assert "requirepass $REDISCLI_AUTH" in script and password not in script
     assert container["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+    maxmemory, policy = maxmemory_of(script)
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi") or limit.endswith("Gi"), limit
+    limit_bytes = int(limit[:-2]) * 1024 ** (2 if limit.endswith("Mi") else 3)
+    # at its maxmemory Redis refuses writes, well before the kernel kills it at its limit
+    assert policy == "noeviction" and 256 * 1000**2 <= maxmemory <= 0.8 * limit_bytes
 
 
 def test_no_rendered_object_carries_a_default_secret(

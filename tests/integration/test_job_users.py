@@ -175,3 +175,25 @@ async def test_a_flooding_job_waits_its_turn_and_a_revoked_job_is_forgotten(
     assert len(await _relayed_of(relay_redis, job_id)) == 13
     assert job_id not in await job_redis_users.arelayed(relay_redis)
     assert not await relay_redis.hexists(streams.RELAY_CURSORS, job_id)
+
+
+async def test_a_job_that_adds_past_its_caps_is_brought_back_each_pass(ctx: Context) -> None:
+    url = ctx.settings.redis_url
+    job_id = await make_job(ctx, "true")
+    token = await _minted(ctx, job_id)
+    await job_users.sync(ctx)
+    job = redis.Redis.from_url(job_redis_users.learner_url(url, job_id, token))
+    try:
+        flood = job.pipeline(transaction=False)
+        for n in range(3 * streams.LOGS_MAXLEN):
+            flood.xadd(streams.logs_key(job_id), {"lines": f"line {n}"})  # no MAXLEN
+        flood.execute()
+        assert job.xlen(streams.logs_key(job_id)) == 3 * streams.LOGS_MAXLEN
+        await job_users.sync(ctx)
+        # approximately trimmed, as the platform's own adds keep it: whole nodes of entries
+        kept = job.xlen(streams.logs_key(job_id))
+        assert streams.LOGS_MAXLEN <= kept < streams.LOGS_MAXLEN + 200, kept
+        newest = await ctx.redis.xrevrange(streams.logs_key(job_id), count=1)
+        assert newest[0][1][b"lines"] == f"line {3 * streams.LOGS_MAXLEN - 1}".encode()
+    finally:
+        job.close()

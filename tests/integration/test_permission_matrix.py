@@ -86,7 +86,7 @@ async def _revoke_anothers(w: World, c: httpx.AsyncClient) -> httpx.Response:
 
 
 # endpoint -> (how a caller asks it, the status it answers when it lets them through)
-REQUESTS: dict[str, tuple[Ask, int]] = {
+REQUESTS: dict[str, tuple[Ask, int | dict[str, int]]] = {
     "POST /v2/jobs": (lambda w, c: submit(c, team=w.team), 201),
     "GET /v2/jobs": (lambda w, c: c.get("/v2/jobs"), 200),
     "GET /v2/jobs/{job_id}": (lambda w, c: c.get(f"/v2/jobs/{w.job}"), 200),
@@ -127,7 +127,7 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
             w.api.add_user("joiner"),
             lambda u: c.post(f"/v2/teams/{w.team}/members", json={"user": u.name}),
         ),
-        201,
+        {"team admin": 202, "platform admin": 201},  # a team admin invites
     ),
     "PATCH /v2/teams/{team}/members/{user}": (
         lambda w, c: _then(
@@ -140,6 +140,15 @@ REQUESTS: dict[str, tuple[Ask, int]] = {
         lambda w, c: _then(
             w.new_member(), lambda name: c.delete(f"/v2/teams/{w.team}/members/{name}")
         ),
+        204,
+    ),
+    "GET /v2/invitations": (lambda w, c: c.get("/v2/invitations"), 200),
+    "POST /v2/invitations/{team}": (
+        lambda w, c: _then(_invited(w, c), lambda team: c.post(f"/v2/invitations/{team}")),
+        201,
+    ),
+    "DELETE /v2/invitations/{team}": (
+        lambda w, c: _then(_invited(w, c), lambda team: c.delete(f"/v2/invitations/{team}")),
         204,
     ),
     "GET /v2/teams/{team}/quota": (lambda w, c: c.get(f"/v2/teams/{w.team}/quota"), 200),
@@ -187,9 +196,20 @@ def test_every_row_of_the_table_is_asked() -> None:
     assert set(REQUESTS) == set(PERMISSIONS) == set(EXPECTED)
 
 
-def _expected_status(endpoint: str, decision: Decision) -> int:
+async def _invited(world: World, client: httpx.AsyncClient) -> str:
+    """A new team whose team admin invited the caller into it."""
+    me = (await client.get("/v2/users/me")).json()["name"]
+    inviter = await world.api.add_user("inviter")
+    team = await world.api.add_team("invites", {inviter: "team_admin"})
+    invited = await inviter.client.post(f"/v2/teams/{team}/members", json={"user": me})
+    assert invited.status_code == 202, invited.text
+    return team
+
+
+def _expected_status(endpoint: str, decision: Decision, kind: str) -> int:
     if decision is Decision.ALLOW:
-        return REQUESTS[endpoint][1]
+        status = REQUESTS[endpoint][1]
+        return status[kind] if isinstance(status, dict) else status
     if decision is Decision.REFUSE:
         return 403
     return 404
@@ -204,7 +224,9 @@ async def test_each_caller_gets_what_the_row_says(api: Harness, endpoint: str) -
     for kind in CALLERS:
         answer = await ask(world, world.callers[kind].client)
         got[kind] = answer.status_code
-        wanted[kind] = _expected_status(endpoint, expected_decision(*EXPECTED[endpoint], kind))
+        wanted[kind] = _expected_status(
+            endpoint, expected_decision(*EXPECTED[endpoint], kind), kind
+        )
         if answer.status_code in (403, 404, 422):
             body = answer.json()
             assert body["error"] and body["detail"] and body.get("field"), body

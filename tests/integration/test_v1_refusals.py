@@ -168,6 +168,28 @@ async def test_a_trusted_gateway_names_the_user(trusting: Harness) -> None:
     await user.client.aclose()
 
 
+async def test_a_gateway_header_that_names_a_user_twice_is_refused(trusting: Harness) -> None:
+    user = await trusting.add_user("gwtwice")
+    async with trusting.client(None) as gateway:
+        twice = {
+            "X-Watson-Userinfo": f"bluemix-instance-id={user.name};bluemix-instance-id=admin",
+            "X-Dlaas-Gateway-Token": GATEWAY_TOKEN,
+        }
+        refused = await gateway.get("/v1/models", headers=twice)
+        _refusal(refused, 400, "'bluemix-instance-id' more than once")
+        repeated = [
+            ("X-Watson-Userinfo", f"bluemix-instance-id={user.name}"),
+            ("X-Watson-Userinfo", "bluemix-instance-id=admin"),
+            ("X-Dlaas-Gateway-Token", GATEWAY_TOKEN),
+        ]
+        _refusal(await gateway.get("/v1/models", headers=repeated), 400, "sent 2 times")
+        secrets = [repeated[0], repeated[2], ("X-Dlaas-Gateway-Token", "another")]
+        _refusal(await gateway.get("/v1/models", headers=secrets), 400, "sent 2 times")
+        once = await gateway.get("/v1/models", headers=_userinfo(user.name))
+        assert once.status_code == 200, once.text
+    await user.client.aclose()
+
+
 async def test_a_gateways_retry_gets_the_first_answer(trusting: Harness) -> None:
     user = await trusting.add_user("gwretry")
     async with user.client as client:

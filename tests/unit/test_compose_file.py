@@ -24,6 +24,7 @@ from tests.heartbeat_probe import (
     assert_beat_refreshes_its_heartbeat,
     assert_probe_tells_a_stale_heartbeat,
 )
+from tests.redis_bounds import maxmemory_of
 
 # Environment keys that hold a secret, in the services' own images and in dlaas.
 SECRET_KEYS = {
@@ -92,6 +93,8 @@ def test_each_server_requires_the_secret_its_clients_are_given(
     script = redis["command"][-1]
     assert "requirepass $REDISCLI_AUTH" in script  # `$$` in the file: the shell's variable
     assert env["DLAAS_REDIS_PASSWORD"] not in " ".join(redis["command"])
+    maxmemory, policy = maxmemory_of(script)
+    assert policy == "noeviction" and maxmemory >= 256 * 1000**2
     assert wired["api"]["environment"]["DLAAS_ADMIN_TOKEN"] == env["DLAAS_ADMIN_TOKEN"]
     worker = settings_of(wired["worker"], monkeypatch)
     assert worker.agent_token == env["DLAAS_AGENT_TOKEN"]

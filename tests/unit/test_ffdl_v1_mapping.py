@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from api.errors import Invalid
+from api.errors import DlaasError, Invalid
 from api.ffdl_v1.mapping import (
     FFDL_STATUS,
     Record,
@@ -114,6 +114,23 @@ def test_the_gateway_header_names_the_instance_as_ffdl_reads_it(
     header: str, user: str | None
 ) -> None:
     assert userinfo_user(header) == user
+
+
+@pytest.mark.parametrize(
+    ("header", "repeated"),
+    [
+        ("bluemix-instance-id=alice;bluemix-instance-id=admin", "'bluemix-instance-id'"),
+        ("bluemix-instance-id=a=b; bluemix-instance-id =admin", "'bluemix-instance-id'"),
+        ("x=1;bluemix-instance-id=bob;x=2", "'x'"),
+    ],
+)
+def test_a_key_given_twice_in_the_gateway_header_is_refused_naming_it(
+    header: str, repeated: str
+) -> None:
+    with pytest.raises(DlaasError) as refused:
+        userinfo_user(header)
+    assert refused.value.status == 400 and refused.value.field == "X-Watson-Userinfo"
+    assert f"gives {repeated} more than once" in refused.value.detail
 
 
 def test_since_time_as_ffdl_documents_it() -> None:
