@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
-import uvicorn
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -57,6 +56,7 @@ from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
 from lifecycle_manager.backends.local.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.local.client import AgentTokenError, agent_token
 from storage import streams
+from storage.http_server import serve
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.node_agent")
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_retry_reports, args=(table, stop, announce), daemon=True).start()
     try:
         app = create_app(table, token=token, hosts=hosts)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        serve(app, host=args.host, port=args.port, log_level="warning")
     finally:
         stop.set()
 
