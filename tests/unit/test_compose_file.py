@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from cli.secrets import COMPOSE_SECRETS
+from storage.connection_caps import total_connection_cap
 from storage.settings import Settings
 from tests.compose_file import (
     COMPOSE,
@@ -36,6 +37,14 @@ SECRET_KEYS = {
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "REDISCLI_AUTH",
+}
+
+
+HTTP_LIMIT_KEYS = {
+    "DLAAS_HTTP_HEADER_TIMEOUT_S",
+    "DLAAS_HTTP_BODY_TIMEOUT_S",
+    "DLAAS_HTTP_MAX_CONNECTIONS_PER_ADDRESS",
+    "DLAAS_HTTP_FD_HEADROOM",
 }
 
 
@@ -110,6 +119,7 @@ def test_the_agent_gets_no_database_or_storage_credentials_and_no_published_port
         "DLAAS_AGENT_BIND",
         "DLAAS_AGENT_ALLOWED_HOSTS",
         "DLAAS_AGENT_ISOLATION",
+        *HTTP_LIMIT_KEYS,
     }
     assert "ports" not in agent
     assert "--host" not in agent["command"]
@@ -194,3 +204,19 @@ def test_the_agent_runs_each_learners_program_as_a_uid_of_its_own() -> None:
     agent = raw()["services"]["agent"]
     assert agent["user"] == "0"
     assert agent["environment"]["DLAAS_AGENT_ISOLATION"] == "on"
+
+
+@pytest.mark.parametrize("name", ["api", "agent"])
+def test_the_servers_close_idle_connections_and_keep_their_connections_below_their_files(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = services(generated_env())[name]
+    nofile = service["ulimits"]["nofile"]
+    settings = settings_of(service, monkeypatch)
+    assert HTTP_LIMIT_KEYS <= set(service["environment"])
+    assert (settings.http_header_timeout_s, settings.http_body_timeout_s) == (10, 30)
+    assert settings.http_max_connections_per_address == 256
+    # the connections the server may hold leave room for its database, Redis and files
+    total = total_connection_cap(nofile["soft"], settings.http_fd_headroom)
+    assert 20_000 < total <= nofile["soft"] - 512
+    assert nofile["soft"] == nofile["hard"]
