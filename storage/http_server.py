@@ -34,6 +34,7 @@ log = logging.getLogger("dlaas.http_server")
 
 _NR_OPEN = Path("/proc/sys/fs/nr_open")
 _REFUSAL_LOG_INTERVAL_S = 10.0
+LISTEN_BACKLOG = 65535
 
 
 def raise_open_file_limit() -> int:
@@ -283,4 +284,7 @@ def serve(
         access_log=access_log,
         log_level=log_level,
         http=GuardedHttpProtocol,
+        # The kernel keeps at most net.core.somaxconn: a burst of connections waits there
+        # rather than having its SYNs dropped (retried only after a second).
+        backlog=LISTEN_BACKLOG,
     )
