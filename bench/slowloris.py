@@ -201,7 +201,7 @@ def ramp_up(held_now: Any, asked: int, timeout_s: float) -> float:
             break
         if held > best:
             best, best_at = held, now
-        elif now - best_at >= PLATEAU_S:
+        elif best and now - best_at >= PLATEAU_S:
             break
         time.sleep(0.2)
     return time.monotonic() - started

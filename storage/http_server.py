@@ -118,7 +118,13 @@ class _ProcessGuard:
 _guards: weakref.WeakKeyDictionary[ServerState, _ProcessGuard] = weakref.WeakKeyDictionary()
 
 
+_latest: tuple[ServerState, _ProcessGuard] | None = None
+
+
 def _guard_of(server_state: ServerState) -> _ProcessGuard:
+    global _latest
+    if _latest is not None and _latest[0] is server_state:
+        return _latest[1]  # every connection asks: spare it the weak dictionary
     guard = _guards.get(server_state)
     if guard is None:
         limits = HttpLimits.of_process(Settings())
@@ -131,6 +137,7 @@ def _guard_of(server_state: ServerState) -> _ProcessGuard:
             limits.per_address,
             limits.total,
         )
+    _latest = (server_state, guard)
     return guard
 
 
