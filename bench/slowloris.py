@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import math
 import multiprocessing
 import os
 import secrets
@@ -147,6 +148,16 @@ def probe(host: str, port: int, timeout_s: float) -> float | None:
         connection.close()
 
 
+def listen_overflows() -> int | None:
+    """The machine's count of connections its listening sockets' full accept queues turned
+    away (TcpExt ListenOverflows): each such client retries its SYN a second later."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+        names, values = (line.split() for line in lines if line.startswith("TcpExt:"))
+        return int(values[names.index("ListenOverflows")])
+    return None
+
+
 def server_open_files(pid: int | None) -> int | None:
     if pid is None:
         return None
@@ -187,6 +198,11 @@ def probes(
         samples.append(sample())
         time.sleep(interval_s)
     return latencies, failures, samples
+
+
+def _ms(seconds: float) -> float | None:
+    """Milliseconds for the report; None where nothing was measured."""
+    return None if math.isnan(seconds) else ms(seconds)
 
 
 def ramp_up(held_now: Any, asked: int, timeout_s: float) -> float:
@@ -242,6 +258,7 @@ def measure(args: argparse.Namespace, url: str, server_pid: int | None) -> dict[
         ramp_s = ramp_up(held_now, args.connections, args.ramp_timeout)
         print(f"attack: {held_now()} connections held after {ramp_s:.1f} s", flush=True)
         closed_before = closed_now()
+        overflows_before = listen_overflows()
         probing_started = time.monotonic()
         server_cpu_before = process_cpu_s(server_pid) if server_pid else 0.0
         client_cpu_before = sum(process_cpu_s(worker.pid or 0) for worker in workers)
@@ -254,6 +271,7 @@ def measure(args: argparse.Namespace, url: str, server_pid: int | None) -> dict[
             lambda: (held_now(), server_open_files(server_pid)),
         )
         closed_during = closed_now() - closed_before
+        overflows_after = listen_overflows()
         probing_s = time.monotonic() - probing_started
         server_cores = (
             (process_cpu_s(server_pid) - server_cpu_before) / probing_s if server_pid else None
@@ -271,11 +289,11 @@ def measure(args: argparse.Namespace, url: str, server_pid: int | None) -> dict[
     held_samples = [held for held, _ in samples]
     file_samples = [files for _, files in samples if files is not None]
     return {
-        "healthz_p99_ms_under_slowloris": ms(percentile(under, 99)),
-        "healthz_p50_ms_under_slowloris": ms(median(under)),
+        "healthz_p99_ms_under_slowloris": _ms(percentile(under, 99)),
+        "healthz_p50_ms_under_slowloris": _ms(median(under)),
         "target_healthz_p99_ms": TARGET_P99_MS,
-        "baseline_healthz_p99_ms": ms(percentile(baseline, 99)),
-        "baseline_healthz_p50_ms": ms(median(baseline)),
+        "baseline_healthz_p99_ms": _ms(percentile(baseline, 99)),
+        "baseline_healthz_p50_ms": _ms(median(baseline)),
         "connections_held": int(median(held_samples)) if held_samples else 0,
         "connections_held_min": min(held_samples, default=0),
         "connections_asked": args.connections,
@@ -290,6 +308,9 @@ def measure(args: argparse.Namespace, url: str, server_pid: int | None) -> dict[
         "attack_connections_closed_per_s": rounded(closed_during / probing_s, 1),
         "server_cores_under_slowloris": None if server_cores is None else rounded(server_cores, 2),
         "attack_client_cores": rounded(client_cores, 2),
+        "listen_overflows_while_probing": None
+        if overflows_before is None or overflows_after is None
+        else overflows_after - overflows_before,
         "server_open_files_idle": idle_files,
         "server_open_files_under_slowloris": int(median(file_samples)) if file_samples else None,
         "server_open_file_limit": server_open_file_limit(server_pid),
