@@ -1,11 +1,12 @@
-"""`python -m api`: serve the dlaas API with uvicorn."""
+"""`python -m api`: serve the dlaas API (`storage.http_server`: uvicorn with read timeouts
+and connection caps)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-import uvicorn
+from storage.http_server import serve
 
 
 def main() -> None:
@@ -20,7 +21,7 @@ def main() -> None:
     )
     parser.add_argument("--access-log", action="store_true")
     args = parser.parse_args()
-    uvicorn.run(
+    serve(
         "api.app:create_app",
         factory=True,
         host=args.host,

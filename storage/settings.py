@@ -14,6 +14,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from storage.connection_caps import DEFAULT_FD_HEADROOM
 from storage.memory_sizes import machine_memory, parse_memory
 
 # A JSON file of settings (by their names without the prefix: {"redis_url": ...}), read
@@ -94,6 +95,20 @@ class Settings(BaseSettings):
     address_rate_limit_per_s: float = 100.0
     address_rate_limit_burst: int = 1000
     max_follows_per_user: int = 16
+    # The HTTP servers (the API's and the node agent's, `storage.http_server`): a connection
+    # that has not sent a whole request head this long after it opened (or after its first
+    # byte of a later request) is closed, as is one that sends no body bytes this long while
+    # a request's body is due. Per serving process, connections from one client address past
+    # `http_max_connections_per_address` are closed at once, and all of them together stay
+    # under the open-file limit (raised to its hard limit at start) less
+    # `http_fd_headroom` files kept for the database, Redis and files; at that cap the
+    # connection that has waited longest for a request head makes room for a new one.
+    # `http_max_connections` lowers the total cap (0: as the open-file limit allows).
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    http_body_timeout_s: float = Field(default=30.0, gt=0)
+    http_max_connections_per_address: int = Field(default=256, ge=1)
+    http_max_connections: int = Field(default=0, ge=0)
+    http_fd_headroom: int = Field(default=DEFAULT_FD_HEADROOM, ge=0)
 
     # The API's address as learners reach it: their runners read and write the job's objects
     # through its object gateway (`/v2/job-objects`) with a token minted for the job, and

@@ -76,6 +76,15 @@ def test_only_the_agent_and_the_lifecycle_manager_get_the_agents_token(tmp_path:
         assert env.get("DLAAS_AGENT_TOKEN_FILE") == wanted, name
 
 
+def test_the_servers_take_the_callers_http_limits(tmp_path: Path) -> None:
+    # `python -m api` and the node agent serve through storage.http_server, which reads these
+    record = _record(tmp_path)
+    environ = {"DLAAS_HTTP_HEADER_TIMEOUT_S": "5", "DLAAS_HTTP_MAX_CONNECTIONS_PER_ADDRESS": "64"}
+    for name in ("api", "agent"):
+        _argv, env = embedded.service_command(record, name, token="t0ken", environ=environ)
+        assert environ.items() <= env.items(), name
+
+
 def test_the_private_redis_requires_its_password_which_no_command_line_shows(
     tmp_path: Path,
 ) -> None:

@@ -87,6 +87,8 @@ FULL_VALUES: dict[str, Any] = {
             "tls": [{"secretName": "dlaas-tls", "hosts": ["dlaas.example.com"]}],
         },
         "service": {"type": "LoadBalancer"},
+        # behind the ingress, every connection comes from its controller's few addresses
+        "http": {"maxConnectionsPerAddress": 4096, "headerTimeoutSeconds": 5},
         "autoscaling": {
             "maxReplicas": 6,
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
@@ -318,6 +320,29 @@ def test_the_config_map_is_settings_dlaas_reads(
     assert settings.kube_platform_namespace == NAMESPACE
     assert settings.kube_learner_egress_cidrs == []
     assert settings.kube_learner_ephemeral_storage == "50Gi"
+
+
+@pytest.mark.parametrize(
+    ("rendering", "per_address", "header_timeout_s"), [("default", 256, 10), ("full", 4096, 5)]
+)
+def test_the_api_closes_idle_connections_and_caps_them_as_the_values_say(
+    rendered: dict[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+    rendering: str,
+    per_address: int,
+    header_timeout_s: float,
+) -> None:
+    objects = by_kind(rendered[rendering])
+    for key, value in objects[("ConfigMap", RELEASE)]["data"].items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.http_header_timeout_s == header_timeout_s
+    assert settings.http_body_timeout_s == 30
+    assert settings.http_max_connections_per_address == per_address
+    assert (settings.http_max_connections, settings.http_fd_headroom) == (0, 512)
+    # the API's pods read the config map
+    api = objects[("Deployment", f"{RELEASE}-api")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"configMapRef": {"name": RELEASE}} in api["envFrom"]
 
 
 def test_only_the_lifecycle_manager_may_act_in_the_cluster(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -513,6 +514,30 @@ def test_an_agent_told_to_stops_its_learners_on_exit_before_it_exits(
         process.proc.wait(30)  # uvicorn ends by the signal it stopped on
         assert marker.read_text() == "done\n"
         assert gone(learner["pid"])
+    finally:
+        process.stop()
+        agent.http.close()
+
+
+def test_the_agent_closes_a_connection_that_sends_no_whole_head_in_time(
+    tmp_path: Path, redis_url: str
+) -> None:
+    port, token = services.free_port(), secrets.token_hex(32)
+    argv = [PY, "-m", "lifecycle_manager.backends.local.node_agent", "--port", str(port)]
+    env = _agent_env(
+        tmp_path, redis_url, DLAAS_AGENT_TOKEN=token, DLAAS_HTTP_HEADER_TIMEOUT_S="1.5"
+    )
+    process = services.start_process("agent", [*argv, "--root", "root"], tmp_path, env=env)
+    agent = Agent(f"http://127.0.0.1:{port}", tmp_path / "root", process, token)
+    try:
+        services.wait_until(lambda: agent.http.get("/healthz").is_success, process, 30, "up")
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(1024) == b""
+            assert 1.3 <= time.monotonic() - started < 15
+        assert agent.http.get("/healthz").is_success
     finally:
         process.stop()
         agent.http.close()

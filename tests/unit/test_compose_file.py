@@ -11,6 +11,7 @@ import pytest
 
 from cli.secrets import COMPOSE_SECRETS
 from lifecycle_manager.backends.local.node_agent import LEARNER_GRACE_S
+from storage.connection_caps import total_connection_cap
 from storage.settings import Settings
 from tests.compose_file import (
     COMPOSE,
@@ -38,6 +39,14 @@ SECRET_KEYS = {
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "REDISCLI_AUTH",
+}
+
+
+HTTP_LIMIT_KEYS = {
+    "DLAAS_HTTP_HEADER_TIMEOUT_S",
+    "DLAAS_HTTP_BODY_TIMEOUT_S",
+    "DLAAS_HTTP_MAX_CONNECTIONS_PER_ADDRESS",
+    "DLAAS_HTTP_FD_HEADROOM",
 }
 
 
@@ -115,6 +124,7 @@ def test_the_agent_gets_no_database_or_storage_credentials_and_no_published_port
         "DLAAS_AGENT_ALLOWED_HOSTS",
         "DLAAS_AGENT_ISOLATION",
         "DLAAS_AGENT_STOP_LEARNERS_ON_EXIT",
+        *HTTP_LIMIT_KEYS,
     }
     assert "ports" not in agent
     assert "--host" not in agent["command"]
@@ -211,3 +221,19 @@ def test_compose_down_stops_the_learners_before_what_their_checkpoints_need() ->
     stop_period_s = int(agent["stop_grace_period"].removesuffix("s"))
     assert "--grace" not in agent["command"]
     assert stop_period_s > LEARNER_GRACE_S, "the container would be killed before its learners"
+
+
+@pytest.mark.parametrize("name", ["api", "agent"])
+def test_the_servers_close_idle_connections_and_keep_their_connections_below_their_files(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = services(generated_env())[name]
+    nofile = service["ulimits"]["nofile"]
+    settings = settings_of(service, monkeypatch)
+    assert set(service["environment"]) >= HTTP_LIMIT_KEYS
+    assert (settings.http_header_timeout_s, settings.http_body_timeout_s) == (10, 30)
+    assert settings.http_max_connections_per_address == 256
+    # the connections the server may hold leave room for its database, Redis and files
+    total = total_connection_cap(nofile["soft"], settings.http_fd_headroom)
+    assert 20_000 < total <= nofile["soft"] - 512
+    assert nofile["soft"] == nofile["hard"]

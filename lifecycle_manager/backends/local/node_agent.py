@@ -48,7 +48,6 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
-import uvicorn
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -60,6 +59,7 @@ from lifecycle_manager.backends.base import LearnerSpec, Resources, learner_name
 from lifecycle_manager.backends.local.agent_learners import LearnerRecord, LearnerTable
 from lifecycle_manager.backends.local.client import AgentTokenError, agent_token
 from storage import streams
+from storage.http_server import serve
 from storage.settings import Settings
 
 log = logging.getLogger("dlaas.node_agent")
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
         if settings.agent_stop_learners_on_exit:
             on_shutdown = functools.partial(stop_every_learner, table, args.grace)
         app = create_app(table, token=token, hosts=hosts, on_shutdown=on_shutdown)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        serve(app, host=args.host, port=args.port, log_level="warning")
     finally:
         stop.set()
 
