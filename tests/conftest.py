@@ -43,8 +43,15 @@ import redis
 from storage.settings import Settings
 from tests import services
 from tests.postgres import SOURCE_ENV, PostgresServer, postgres_for_tests
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 MACHINE_REDIS = "redis://127.0.0.1:6379"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped by SIGTERM (a CI timeout) tears its fixtures down, as after Ctrl-C:
+    # the embedded platforms they started stop with them.
+    unwind_on_stopping_signals(pass_to_children="PYTEST_XDIST_WORKER" not in os.environ)
 
 
 @pytest.fixture(scope="session")
