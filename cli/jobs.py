@@ -227,8 +227,8 @@ def show(
             "--events",
             "-n",
             min=0,
-            help="Only the N most recent events, checkpoints among them "
-            "(default: every event but checkpoints, which are counted).",
+            help="Only the N most recent events other than checkpoints, and the "
+            "checkpoints among them (default: every event but checkpoints, which are counted).",
             show_default=False,
         ),
     ] = None,
@@ -238,11 +238,13 @@ def show(
     job = client.get_job(job_id)
     history = client.job_events(job_id)
     checkpoints = [e for e in history if e.get("kind") == CHECKPOINT_EVENT]
-    if events is None:
-        recent = [e for e in history if e.get("kind") != CHECKPOINT_EVENT]
-    else:
-        recent = history[-events:] if events else []
-    summary = {"count": len(checkpoints), "newest": checkpoints[-1] if checkpoints else None}
+    recent = _recent(history, events)
+    keep = _checkpoints_kept(job)
+    summary = {
+        "count": len(checkpoints),
+        "kept": min(len(checkpoints), keep),
+        "newest": checkpoints[-1] if checkpoints else None,
+    }
     if inv.json:
         print_json({"job": job, "events": recent, "checkpoints": summary})
         return
@@ -266,7 +268,8 @@ def show(
         for label, value in rows
         if value not in (None, "")
     )
-    if recent:
+    listed = [event for event in recent if event.get("kind") != CHECKPOINT_EVENT]
+    if listed:
         print_plain("")
         print_table(
             ("TIME", "KIND", "FROM", "TO", "REASON"),
@@ -278,25 +281,49 @@ def show(
                     str(event.get("to_state") or ""),
                     str(event.get("reason") or event.get("detail") or ""),
                 )
-                for event in recent
+                for event in listed
             ),
             free=("REASON",),
             title="events",
         )
     if checkpoints:
         print_plain("")
-        print_plain(checkpoints_line(checkpoints))
+        print_plain(checkpoints_line(checkpoints, keep))
 
 
-def checkpoints_line(checkpoints: list[dict[str, Any]]) -> str:
-    """ "14 checkpoints, newest ckpt-... at ...": the events of committed checkpoints,
-    oldest first, in one line."""
+def _recent(history: list[dict[str, Any]], events: int | None) -> list[dict[str, Any]]:
+    """Every event but checkpoints; or, with `events`, the events from the `events`-th most
+    recent that is not a checkpoint on, checkpoints included: a checkpoint every few seconds
+    does not push a restart out of sight."""
+    if events is None:
+        return [e for e in history if e.get("kind") != CHECKPOINT_EVENT]
+    others = [i for i, e in enumerate(history) if e.get("kind") != CHECKPOINT_EVENT]
+    if events == 0:
+        return []
+    if len(others) <= events:
+        return history
+    return history[others[-events] :]
+
+
+def _checkpoints_kept(job: dict[str, Any]) -> int:
+    """How many committed checkpoints the job keeps (`checkpoint.keep`, 2 by default)."""
+    keep = _mapping(_mapping(job.get("manifest")).get("checkpoint")).get("keep", 2)
+    return keep if isinstance(keep, int) and keep > 0 else 2
+
+
+def checkpoints_line(checkpoints: list[dict[str, Any]], keep: int) -> str:
+    """ "14 checkpoints taken, the 2 newest kept; newest ckpt-... at ...": the events of
+    committed checkpoints, oldest first, in one line."""
     newest = checkpoints[-1]
     detail = _mapping(newest.get("detail"))
     name = str(detail.get("name") or "")
     count = len(checkpoints)
     what = f"{count} checkpoint{'s' if count != 1 else ''}"
-    return f"{what}, newest {name or '(unnamed)'} at {format_time(newest.get('time'))}"
+    if count > keep:
+        what += f" taken, the {keep} newest kept;"
+    else:
+        what += ","
+    return f"{what} newest {name or '(unnamed)'} at {format_time(newest.get('time'))}"
 
 
 @dlaas_command

@@ -266,19 +266,21 @@ async def test_show_keeps_a_restart_in_sight_among_many_checkpoints(cli: CliOnAp
     assert "test moves to RECOVERING" in shown.stdout
     assert "test moves to DEPLOYING" in shown.stdout
     assert "committed" not in shown.stdout
-    assert "14 checkpoints, newest ckpt-000000000014 at " in shown.stdout
+    # the manifest keeps the default 2 of the 14 committed
+    assert "14 checkpoints taken, the 2 newest kept; newest ckpt-000000000014 at " in shown.stdout
 
     as_json = await cli.dlaas(ADMIN_TOKEN, "show", job_id, "--output", "json")
     assert as_json.exit_code == 0, as_json.output
     body = json.loads(as_json.stdout)
     kinds = [event["kind"] for event in body["events"]]
     assert kinds == ["submitted", "state", "state", "restart", "state", "state"]
-    assert body["checkpoints"]["count"] == 14
+    assert (body["checkpoints"]["count"], body["checkpoints"]["kept"]) == (14, 2)
     assert body["checkpoints"]["newest"]["detail"]["name"] == "ckpt-000000000014"
 
+    # the newest checkpoints do not push the restart out of the last 3 events
     latest = await cli.dlaas(ADMIN_TOKEN, "show", job_id, "--events", "3", "--output", "json")
     latest_kinds = [e["kind"] for e in json.loads(latest.stdout)["events"]]
-    assert latest_kinds == ["state", "checkpoint", "checkpoint"]
+    assert latest_kinds == ["restart", "state", "state", "checkpoint", "checkpoint"]
 
 
 async def test_show_of_a_job_without_checkpoints_says_nothing_of_them(cli: CliOnApi) -> None:
