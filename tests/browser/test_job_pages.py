@@ -270,3 +270,21 @@ def test_the_jobs_list_shows_a_new_job_without_a_reload_and_the_log_is_searched_
         page.get_by_role("button", name="Download log").click()
     text = Path(saved.value.path()).read_text()
     assert "steady: done" in text and text.count("\nstep ") >= 29
+
+
+def test_an_elastic_jobs_page_shows_the_learners_it_runs_at_and_its_range(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    manifest = steady_manifest(tmp_path, "elastic-page", steps=1, step_s=0.01)
+    text = manifest.read_text().replace("learners: 1\n", "learners: 2\n")
+    manifest.write_text(text + "elastic: {min_learners: 1, max_learners: 3}\n")
+    archive = zip_directory(STEADY_JOB, tmp_path)
+    with platform.client() as client:
+        job_id = str(client.submit_job(manifest, archive)["id"])
+        learners = client.get_job(job_id)["learners"]
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/jobs/{job_id}")
+    fact = page.locator("dl.facts dt", has_text="Learners").locator(
+        "xpath=following-sibling::dd[1]"
+    )
+    expect(fact).to_have_text(f"{learners} (elastic, 1 to 3)", timeout=30_000)

@@ -11,11 +11,20 @@ const REFRESH_MS = 2000;
 const HISTORY_EVERY = 5;
 const STOPPED = new Set(["COMPLETED", "FAILED", "HALTED"]);
 
-function resources(manifest) {
-  const fields = [["learners", "Learners"], ["cpus", "CPUs per learner"], ["gpus", "GPUs per learner"],
-    ["memory", "Memory per learner"]];
-  return fields.filter(([key]) => manifest[key] !== undefined)
-    .map(([key, label]) => [label, key === "memory" ? bytes(manifest[key]) : String(manifest[key])]);
+// The learners the job runs at now (an elastic job's change as it is resized), and the range
+// an elastic job may take.
+function learnerCount(job) {
+  const elastic = job.manifest.elastic;
+  if (!elastic) return String(job.learners);
+  const most = elastic.max_learners ?? "any";
+  return `${job.learners} (elastic, ${elastic.min_learners ?? 1} to ${most})`;
+}
+
+function resources(job) {
+  const manifest = job.manifest;
+  const fields = [["cpus", "CPUs per learner"], ["gpus", "GPUs per learner"], ["memory", "Memory per learner"]];
+  return [["Learners", learnerCount(job)], ...fields.filter(([key]) => manifest[key] !== undefined)
+    .map(([key, label]) => [label, key === "memory" ? bytes(manifest[key]) : String(manifest[key])])];
 }
 
 function definitionList(pairs) {
@@ -35,7 +44,7 @@ function summary(job, events, now) {
       ["Duration", duration(took / 1000)],
       ["Attempt", String(job.attempt)],
       ["Restarts", String(job.restarts)],
-      ...resources(job.manifest),
+      ...resources(job),
     ]),
     h("table", { class: "compact", "aria-label": "Time in each state" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Time"))),
