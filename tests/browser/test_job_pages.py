@@ -288,3 +288,22 @@ def test_an_elastic_jobs_page_shows_the_learners_it_runs_at_and_its_range(
         "xpath=following-sibling::dd[1]"
     )
     expect(fact).to_have_text(f"{learners} (elastic, 1 to 3)", timeout=30_000)
+
+
+def test_a_failed_job_says_why_in_the_jobs_list(
+    page: Page, platform: Platform, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "fails.yml"
+    manifest.write_text(
+        "name: fails-listed\ncpus: 0.1\nmemory: 256Mi\nrestart_policy: {max_restarts: 0}\n"
+        "framework:\n  name: python\n  command: python -c 'import sys; sys.exit(3)'\n"
+    )
+    archive = zip_directory(STEADY_JOB, tmp_path)
+    with platform.client() as client:
+        job_id = str(client.submit_job(manifest, archive)["id"])
+    failed = platform.wait_for(job_id, "FAILED", lambda s: s["job"]["state"] == "FAILED", 240)
+    reason = failed["job"]["reason"]
+    assert reason
+    sign_in(page, platform.url, platform.token)
+    page.goto(f"{platform.url}/ui/")
+    expect(page.locator(f"tr[data-job='{job_id}'] .reason")).to_have_text(reason, timeout=30_000)

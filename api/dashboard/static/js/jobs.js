@@ -46,7 +46,8 @@ function row(job, selected, now, refresh, report) {
     h("td", {}, h("a", { href: `/ui/jobs/${encodeURIComponent(job.id)}` }, job.name),
       h("div", { class: "id" }, job.id)),
     h("td", {}, stateBadge(job.state),
-      job.reason && !isFinal(job.state) ? h("div", { class: "reason" }, job.reason) : null),
+      job.reason && (!isFinal(job.state) || job.state === "FAILED")
+        ? h("div", { class: "reason" }, job.reason) : null),
     h("td", { class: "num" }, job.learners),
     h("td", {}, job.owner),
     h("td", {}, ago(job.created_at, now)),
