@@ -67,3 +67,21 @@ def test_signing_out_forgets_the_token(page: Page, platform: Platform) -> None:
     assert page.evaluate("() => localStorage.length") == 0
     page.goto(f"{platform.url}/ui/cluster")
     expect(page.locator(SIGNIN_FORM)).to_be_visible()
+
+
+def test_a_token_revoked_while_a_page_is_open_signs_the_user_out_name_and_all(
+    page: Page, platform: Platform
+) -> None:
+    user = platform.create_user("revoked-in-view")
+    sign_in(page, platform.url, user.token)
+    expect(page.locator("#who-name")).to_have_text("revoked-in-view")
+    with platform.client() as admin:
+        for made in admin.tokens(user=user.name):
+            admin.revoke_token(str(made["id"]), user=user.name)
+    # the jobs page asks the API again within seconds, and is answered 401
+    expect(page.locator("[role=alert]")).to_have_text(
+        re.compile("no longer accepted"), timeout=30_000
+    )
+    expect(page.locator("#who-name")).to_have_text("")
+    expect(page.locator("#who")).to_be_hidden()
+    expect(page.locator("#nav")).to_be_hidden()

@@ -28,7 +28,14 @@ async function whoAmI() {
   }
 }
 
+function showSignedOut() {
+  document.getElementById("nav").hidden = true;
+  document.getElementById("who").hidden = true;
+  document.getElementById("who-name").textContent = "";
+}
+
 function signInForm(problem) {
+  showSignedOut();
   const input = h("input", {
     id: "token", name: "token", type: "password", autocomplete: "current-password",
     required: true, "aria-describedby": "token-help",
