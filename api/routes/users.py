@@ -36,10 +36,13 @@ async def shared_user_warning(state: ApiState) -> str | None:
     shared = {node: report for node, report in nodes.items() if not report.get("isolated")}
     if not shared:
         return None
-    why = "; ".join(f"{node}: {report.get('why', '')}" for node, report in sorted(shared.items()))
+    why = "; ".join(
+        f"on node {node}, {report.get('why') or 'no reason given'}"
+        for node, report in sorted(shared.items())
+    )
     return (
         "jobs on this platform run as one OS user, so one user's job can read another's "
-        f"files and the platform's own ({why}); run the node agent as root with "
+        f"files and the platform's own: {why}. Run the node agent as root with "
         "DLAAS_AGENT_ISOLATION=on (docker-compose does) before sharing it"
     )
 

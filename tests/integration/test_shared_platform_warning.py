@@ -36,7 +36,7 @@ async def test_a_new_user_is_warned_when_a_node_runs_every_job_as_one_os_user(
         await redis.hset(streams.NODE_ISOLATION, "node-b", json.dumps({"isolated": True}))
         warned = await api.admin.post("/v2/users", json={"name": f"u{secrets.token_hex(4)}"})
         warning = warned.json()["warning"]
-        assert "one OS user" in warning and f"node-a: {why}" in warning
+        assert "one OS user" in warning and f"on node node-a, {why}" in warning
         assert "node-b" not in warning and "DLAAS_AGENT_ISOLATION=on" in warning
     finally:
         await redis.delete(streams.NODE_ISOLATION)
