@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_CREATE_S = 1.0
 TARGET_PHASE_S = 1.0
 POLL_S = 0.005
+NODE = "bench-node"
 
 
 def progress(message: str) -> None:
@@ -80,14 +81,18 @@ def own_cpu_s() -> float:
 
 
 def add_node(url: str) -> None:
+    """A node with room for every job, labelled as a kubelet labels its node: the scheduler
+    places each learner on a node by that label."""
     from kubernetes import client
+
+    from lifecycle_manager.backends.kubernetes.manifests import HOSTNAME_LABEL
 
     core = client.CoreV1Api(client.ApiClient(client.Configuration(host=url)))
     core.create_node(
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": "bench-node"},
+            "metadata": {"name": NODE, "labels": {HOSTNAME_LABEL: NODE}},
             "status": {
                 "allocatable": {"cpu": "512", "memory": "4Ti", "nvidia.com/gpu": "64"},
                 "conditions": [{"type": "Ready", "status": "True"}],
@@ -220,7 +225,11 @@ async def measure_phases(url: str, redis_url: str, home: Path, transitions: int)
                 learners=1,
                 manifest={"learners": 1, "framework": {"command": "true"}},
             )
-        await operations.deploy_job(ctx, job.id)
+        outcome = await operations.deploy_job(ctx, job.id)
+        async with ctx.sessions() as session:
+            deployed = await repo.get_job_any(session, job.id)
+        if deployed is None or deployed.state != JobState.DEPLOYING:
+            raise RuntimeError(f"{job.id} was not deployed: {outcome.message}")
         name = f"dlaas-{job.id}-learner-1-a1"
         running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
         since = await asyncio.to_thread(
