@@ -64,6 +64,7 @@ from api.dashboard.routes import STATIC_DIR
 from api.manifest import parse_manifest
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from bench.latency import model_zip
 from cli import embedded
 from cli.sse import parse_sse
@@ -797,7 +798,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--chart-loads", type=int, default=5)
     parser.add_argument("--markers", type=int, default=40, help="log lines timed")
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(
+        parser,
+        {
+            "jobs": 200,
+            "loads": 1,
+            "api_runs": 3,
+            "chart_points": 2_000,
+            "chart_loads": 1,
+            "markers": 3,
+        },
+    )
 
 
 def verdicts(figures: dict[str, Any]) -> dict[str, bool | None]:

@@ -39,6 +39,7 @@ from typing import Any
 
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_CREATE_S = 1.0
@@ -258,7 +259,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.k8s_control")
     parser.add_argument("--jobs", type=int, default=10, help="16-learner jobs to create")
     parser.add_argument("--transitions", type=int, default=20, help="1-learner jobs to drive")
-    args = parser.parse_args()
+    args = parse_with_small(parser, {"jobs": 1, "transitions": 2})
     figures: dict[str, Any] = {"bench": "k8s_control"}
     with emulator_process() as (url, process), BenchRedis() as redis_server:
         progress(f"emulator at {url}; Redis {redis_server.where or redis_server.url}")
