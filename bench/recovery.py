@@ -365,7 +365,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=2.0, help="checkpoint interval (s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parse_with_small(parser, {"kills": 2, "steps": 150, "interval": 0.5})
+    return parse_with_small(parser, {"kills": 1, "steps": 100, "interval": 0.5})
 
 
 def main() -> None:

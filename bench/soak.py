@@ -239,7 +239,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parse_with_small(parser, {"jobs": 20, "in_flight": 10})
+    return parse_with_small(parser, {"jobs": 10, "in_flight": 10})
 
 
 def main() -> None:
