@@ -42,6 +42,7 @@ from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, ms, percentile, rounded
 from bench._load_client import LoadResult, LoadSpec, multipart_body, run_load
 from bench._py_spy_profile import find_py_spy, hottest_functions, start_recording
+from bench._small import parse_with_small
 
 TARGET_SUBMISSIONS_PER_S = 180.0
 TARGET_GET_P99_MS = 10.0
@@ -325,7 +326,9 @@ def parse_args() -> argparse.Namespace:
         "load and write the raw stacks to DIR (this phase's figures are not reported)",
     )
     parser.add_argument("--py-spy", help="path of the py-spy binary (default: on PATH)")
-    return parser.parse_args()
+    return parse_with_small(
+        parser, {"window": 2.0, "warmup": 0.5, "gets": 100, "baseline_window": 1.0}
+    )
 
 
 def main() -> None:

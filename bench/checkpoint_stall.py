@@ -49,6 +49,7 @@ import torch
 
 from bench import _cpu_meter
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from learner_image import sdk
 
 TARGET_BLOCKED_RATIO = 2.0  # save_blocked_ms_p50 / state_copy_ms
@@ -67,7 +68,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--phase-s", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup-s", type=float, default=6.0)
-    return p.parse_args()
+    return parse_with_small(
+        p, {"state_mb": 20, "interval": 0.5, "phase_s": 1.5, "rounds": 1, "warmup_s": 1.0}
+    )
 
 
 def make_state(state_mb: int, fill: float = 0.0) -> dict[str, Any]:

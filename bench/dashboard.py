@@ -58,11 +58,13 @@ from urllib.parse import quote, urlsplit
 import httpx
 from playwright.sync_api import Browser, Page, sync_playwright
 from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.dashboard.routes import STATIC_DIR
 from api.manifest import parse_manifest
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from bench.latency import model_zip
 from cli import embedded
 from cli.sse import parse_sse
@@ -70,9 +72,10 @@ from storage import jobs as repo
 from storage import output_keys, streams
 from storage.db import make_engine, make_sessionmaker
 from storage.job_states import Desired, JobState
-from storage.models import Job, JobEvent
+from storage.models import Job, JobEvent, User
 from storage.object_store import open_object_store
 from storage.settings import Settings
+from storage.teams import personal_team_id
 from storage.users import user_by_token
 from tests.browser.dashboard import CHROMIUM, CHROMIUM_ARGS
 
@@ -130,6 +133,7 @@ SEED_STATES = [(JobState.COMPLETED, 6), (JobState.FAILED, 3), (JobState.HALTED, 
 def job_rows(
     job_id: str,
     owner_id: int,
+    team_id: int,
     name: str,
     manifest: dict[str, Any],
     state: JobState,
@@ -165,6 +169,7 @@ def job_rows(
     row = {
         "id": job_id,
         "owner_id": owner_id,
+        "team_id": team_id,
         "name": name,
         "state": str(state),
         "reason": reasons[-1],
@@ -179,6 +184,17 @@ def job_rows(
         "results_bytes": 0,
     }
     return row, events
+
+
+async def admin_and_team(session: AsyncSession, token: str) -> tuple[User, int]:
+    """The user `token` names and the team of their own, which their jobs belong to."""
+    admin = await user_by_token(session, token)
+    if admin is None:
+        raise RuntimeError("the admin's token names no user in the database")
+    team_id = await personal_team_id(session, admin.id)
+    if team_id is None:
+        raise RuntimeError(f"user {admin.name} has no team of their own")
+    return admin, team_id
 
 
 @dataclass
@@ -198,9 +214,7 @@ async def seed_jobs(settings: Settings, token: str, count: int) -> Seeded:
     sessions = make_sessionmaker(engine)
     try:
         async with sessions() as session, session.begin():
-            admin = await user_by_token(session, token)
-            if admin is None:
-                raise RuntimeError("the admin's token names no user in the database")
+            admin, team_id = await admin_and_team(session, token)
             now = datetime.now(UTC)
             weights = [state for state, share in SEED_STATES for _ in range(share)]
             jobs: list[dict[str, Any]] = []
@@ -211,6 +225,7 @@ async def seed_jobs(settings: Settings, token: str, count: int) -> Seeded:
                 row, its_events = job_rows(
                     repo.new_job_id(),
                     admin.id,
+                    team_id,
                     f"{name}-{index:05d}",
                     manifest,
                     weights[(index * 7) % len(weights)],
@@ -265,12 +280,11 @@ async def chart_job(settings: Settings, token: str, points: int) -> str:
     engine = make_engine(settings.database_url)
     try:
         async with make_sessionmaker(engine)() as session, session.begin():
-            admin = await user_by_token(session, token)
-            if admin is None:
-                raise RuntimeError("the admin's token names no user in the database")
+            admin, team_id = await admin_and_team(session, token)
             row, events = job_rows(
                 job_id,
                 admin.id,
+                team_id,
                 f"bench-chart-{points}",
                 manifest,
                 JobState.COMPLETED,
@@ -784,7 +798,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--chart-loads", type=int, default=5)
     parser.add_argument("--markers", type=int, default=40, help="log lines timed")
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(
+        parser,
+        {
+            "jobs": 200,
+            "loads": 1,
+            "api_runs": 3,
+            "chart_points": 2_000,
+            "chart_loads": 1,
+            "markers": 3,
+        },
+    )
 
 
 def verdicts(figures: dict[str, Any]) -> dict[str, bool | None]:

@@ -26,6 +26,7 @@ import random
 import time
 
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from lifecycle_manager.scheduler.elastic_optimizer import Choice, ElasticJob, optimize, speedup
 from storage.performance_model import Exchange, ModelCosts, Network, throughput
 
@@ -75,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=21)
-    args = parser.parse_args()
+    args = parse_with_small(parser, {"repeats": 3})
     jobs = make_jobs(random.Random(args.seed))
     optimize(jobs, GPUS)  # warm-up
     times = []

@@ -72,6 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench._latency_stats import rounded
+from bench._small import parse_with_small
 from lifecycle_manager.scheduler import (
     GIB,
     ClusterSnapshot,
@@ -472,7 +473,7 @@ def main() -> None:
         default="cluster",
         help="the one team's quota: the whole cluster, or never set (unlimited)",
     )
-    args = parser.parse_args()
+    args = parse_with_small(parser, {"days": 0.1})
     results: dict[str, dict[str, dict[str, object]]] = {}
     floor_ratio: float | None = None
     for load_name, load in LOADS.items():

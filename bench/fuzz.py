@@ -46,6 +46,7 @@ from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._hostile_requests import MODEL, Case, cases, hostile_manifests
 from bench._latency_stats import percentile, rounded
+from bench._small import parse_with_small
 
 TARGETS = {
     "requests": 20_000,
@@ -261,7 +262,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--attack-s", type=float, default=60.0)
     parser.add_argument("--attackers", type=int, default=4)
     parser.add_argument("--retries", type=int, default=30)
-    return parser.parse_args()
+    return parse_with_small(parser, {"quiet_s": 2.0, "attack_s": 3.0, "attackers": 2, "retries": 3})
 
 
 def main() -> None:

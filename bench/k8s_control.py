@@ -39,11 +39,13 @@ from typing import Any
 
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_CREATE_S = 1.0
 TARGET_PHASE_S = 1.0
 POLL_S = 0.005
+NODE = "bench-node"
 
 
 def progress(message: str) -> None:
@@ -80,14 +82,18 @@ def own_cpu_s() -> float:
 
 
 def add_node(url: str) -> None:
+    """A node with room for every job, labelled as a kubelet labels its node: the scheduler
+    places each learner on a node by that label."""
     from kubernetes import client
+
+    from lifecycle_manager.backends.kubernetes.manifests import HOSTNAME_LABEL
 
     core = client.CoreV1Api(client.ApiClient(client.Configuration(host=url)))
     core.create_node(
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": "bench-node"},
+            "metadata": {"name": NODE, "labels": {HOSTNAME_LABEL: NODE}},
             "status": {
                 "allocatable": {"cpu": "512", "memory": "4Ti", "nvidia.com/gpu": "64"},
                 "conditions": [{"type": "Ready", "status": "True"}],
@@ -220,7 +226,11 @@ async def measure_phases(url: str, redis_url: str, home: Path, transitions: int)
                 learners=1,
                 manifest={"learners": 1, "framework": {"command": "true"}},
             )
-        await operations.deploy_job(ctx, job.id)
+        outcome = await operations.deploy_job(ctx, job.id)
+        async with ctx.sessions() as session:
+            deployed = await repo.get_job_any(session, job.id)
+        if deployed is None or deployed.state != JobState.DEPLOYING:
+            raise RuntimeError(f"{job.id} was not deployed: {outcome.message}")
         name = f"dlaas-{job.id}-learner-1-a1"
         running = {"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
         since = await asyncio.to_thread(
@@ -249,7 +259,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.k8s_control")
     parser.add_argument("--jobs", type=int, default=10, help="16-learner jobs to create")
     parser.add_argument("--transitions", type=int, default=20, help="1-learner jobs to drive")
-    args = parser.parse_args()
+    args = parse_with_small(parser, {"jobs": 1, "transitions": 2})
     figures: dict[str, Any] = {"bench": "k8s_control"}
     with emulator_process() as (url, process), BenchRedis() as redis_server:
         progress(f"emulator at {url}; Redis {redis_server.where or redis_server.url}")

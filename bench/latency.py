@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from cli import embedded
 from cli.sse import parse_sse
 
@@ -194,7 +195,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-seconds", type=float, default=10.0)
     parser.add_argument("--log-interval", type=float, default=0.05)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(parser, {"jobs": 2, "log_seconds": 2.0})
 
 
 def main() -> None:

@@ -52,6 +52,7 @@ import httpx
 
 from bench._cpu_meter import CpuSnapshot, snapshot, top_consumers
 from bench._latency_stats import median, rounded
+from bench._small import parse_with_small
 from cli import embedded
 from lifecycle_manager.backends.local.agent_learners import LEARNER_NICENESS, nice_session
 from tests.e2e.flood import (
@@ -534,7 +535,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--no-follow", action="store_true", help="no followers (their cost)")
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(parser, {"lines": 5_000, "fast_lines": 10_000, "bare_runs": 1})
 
 
 def in_own_session() -> int | None:

@@ -53,6 +53,7 @@ from typing import Any
 from bench import ps
 from bench._latency_stats import rounded
 from bench._perf_model_learners import StepSpec, Task, learner
+from bench._small import parse_with_small
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,15 +198,30 @@ def measure_model(widths: tuple[int, ...], steps: int, scale: float) -> dict[int
     return found
 
 
+def model_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in MODELS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"models are among {', '.join(MODELS)}, not {text!r}")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=float, default=1.0, help="steps timed, as a multiple")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--models",
+        type=model_names,
+        default=list(MODELS),
+        help=f"models to measure, comma-separated (default {','.join(MODELS)})",
+    )
+    args = parse_with_small(parser, {"steps": 0.05, "models": ["small"]})
     load_before = os.getloadavg()
     began = time.perf_counter()
     cases: list[dict[str, Any]] = []
     calibration: dict[str, Any] = {}
-    for name, (widths, steps) in MODELS.items():
+    for name in args.models:
+        widths, steps = MODELS[name]
         found = measure_model(widths, steps, args.steps)
         calibration[name] = {
             f"{learners}_learners": {

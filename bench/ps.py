@@ -42,6 +42,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -57,6 +58,7 @@ import torch
 
 from bench import _cpu_meter as cpu_meter
 from bench._latency_stats import median, percentile
+from bench._small import parse_with_small
 from learner_image.ps.region import S_APPLIED, Control, RegionPaths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,10 +74,26 @@ TARGETS = {
 }
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the kernel's ephemeral range. A client that keeps trying to connect
+    to a local port of that range before its server listens is in time handed that very
+    port as its own source port and connects to itself; the server then cannot listen
+    (EADDRINUSE), as torch's rendezvous did when its learners were slow to start."""
+    try:
+        lowest_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest_ephemeral = 32768
+    while True:
+        port = random.randrange(lowest_ephemeral // 2, lowest_ephemeral)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def free_port_block(count: int) -> int:
@@ -421,7 +439,9 @@ def main() -> None:
     p.add_argument(
         "--rounds", type=int, default=3, help="dlaas-ps rounds before, between, after baselines"
     )
-    args = p.parse_args()
+    p.add_argument("--window-s", type=float, default=2.0, help="seconds of a dlaas-ps window")
+    p.add_argument("--rpc-s", type=float, default=8.0, help="seconds the rpc baseline runs")
+    args = parse_with_small(p, {"windows": 1, "rounds": 1, "window_s": 0.5, "rpc_s": 1.0})
     load_before = os.getloadavg()
     run_began = cpu_meter.snapshot()
     base = Path(tempfile.mkdtemp(prefix="dlaas-bench-ps-", dir="/dev/shm"))
@@ -429,13 +449,13 @@ def main() -> None:
     try:
         meter = CopyMeter(MODEL_FLOATS)
         with PsLoad(base) as load:
-            rounds = ps_rounds(load, meter, args.rounds, 2.0)
+            rounds = ps_rounds(load, meter, args.rounds, args.window_s)
             figures["gloo_gradients_per_s"] = gloo_rate(iterations=4, windows=args.windows)
             print(f"gloo all-reduce: {figures['gloo_gradients_per_s']:.1f} gradients/s")
-            rounds += ps_rounds(load, meter, args.rounds, 2.0)
-            figures["rpc_gradients_per_s"] = rpc_rate(seconds=8.0)
+            rounds += ps_rounds(load, meter, args.rounds, args.window_s)
+            figures["rpc_gradients_per_s"] = rpc_rate(seconds=args.rpc_s)
             print(f"torch rpc PS: {figures['rpc_gradients_per_s']:.2f} gradients/s", flush=True)
-            rounds += ps_rounds(load, meter, args.rounds, 2.0)
+            rounds += ps_rounds(load, meter, args.rounds, args.window_s)
         del meter
         figures.update(ps_figures(rounds))
         print(

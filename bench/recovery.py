@@ -57,6 +57,7 @@ from typing import Any
 import httpx
 
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from cli import embedded
 from cli.archive import zip_directory
 from cli.client import DlaasClient
@@ -364,7 +365,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=2.0, help="checkpoint interval (s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(parser, {"kills": 1, "steps": 100, "interval": 0.5})
 
 
 def main() -> None:

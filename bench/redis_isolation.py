@@ -34,6 +34,7 @@ import redis.asyncio as aioredis
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from lifecycle_manager.entrypoints.wiring import open_context
 from lifecycle_manager.glue import job_users
 from lifecycle_manager.glue.context import Context
@@ -201,8 +202,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--hops", type=int, default=200)
     parser.add_argument("--ends", type=int, default=8)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args))), flush=True)
+    args = parse_with_small(parser, {"jobs": 20, "hops": 20, "ends": 2})
+    print(json.dumps({"bench": "redis_isolation", **asyncio.run(run(args))}), flush=True)
 
 
 if __name__ == "__main__":

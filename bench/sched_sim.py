@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 
 from bench._latency_stats import rounded
 from bench._philly_trace import duration_s, gang_for, job_gpus, mean_gpu_seconds, runtime_estimate_s
+from bench._small import parse_with_small
 from lifecycle_manager.scheduler import (
     GIB,
     Admission,
@@ -105,7 +106,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--days", type=float, default=4.0, help="arrivals span this many days")
     p.add_argument("--checkpoint-interval", type=float, default=900.0)
     p.add_argument("--checkpoint-write", type=float, default=60.0)
-    return p.parse_args()
+    return parse_with_small(p, {"days": 0.1})
 
 
 # -- the cluster and the trace ---------------------------------------------------------------

@@ -41,6 +41,7 @@ from typing import Any
 
 from bench._cpu_meter import CpuSnapshot, cores_used, snapshot, top_consumers
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from lifecycle_manager.entrypoints.monitor import CONSUMER_GROUP
 from storage import streams
 from tests.e2e.burst import (
@@ -238,7 +239,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parser.parse_args()
+    return parse_with_small(parser, {"jobs": 10, "in_flight": 10})
 
 
 def main() -> None:

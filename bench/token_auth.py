@@ -33,6 +33,7 @@ from api.state import ApiState
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from bench._small import parse_with_small
 from storage import teams
 from storage.db import make_engine, make_sessionmaker
 from storage.migrate import upgrade
@@ -108,8 +109,8 @@ def _redis_get_ms(url: str, rounds: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.token_auth")
     parser.add_argument("--rounds", type=int, default=500)
-    args = parser.parse_args()
-    final: dict[str, Any] = {"cache_ttl_s": CACHE_TTL_S}
+    args = parse_with_small(parser, {"rounds": 30})
+    final: dict[str, Any] = {"bench": "token_auth", "cache_ttl_s": CACHE_TTL_S}
     with BenchPostgres() as database, BenchRedis() as redis_db:
         print("postgres ...", flush=True)
         final["postgres"] = asyncio.run(_measure(database.url, args.rounds))
@@ -118,7 +119,7 @@ def main() -> None:
             sqlite_url = f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
             final["sqlite"] = asyncio.run(_measure(sqlite_url, args.rounds))
         final["redis_get_ms_p50"] = rounded(_redis_get_ms(redis_db.url, args.rounds))
-    print("FINAL " + json.dumps(final), flush=True)
+    print(json.dumps(final), flush=True)
 
 
 if __name__ == "__main__":
