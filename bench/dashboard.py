@@ -78,6 +78,7 @@ from storage.settings import Settings
 from storage.teams import personal_team_id
 from storage.users import user_by_token
 from tests.browser.dashboard import CHROMIUM, CHROMIUM_ARGS
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 TARGETS = {
     "jobs_page_interactive_s": 1.0,
@@ -819,6 +820,7 @@ def verdicts(figures: dict[str, Any]) -> dict[str, bool | None]:
 
 
 def main() -> None:
+    unwind_on_stopping_signals()  # killed by a timeout, it still stops its platform
     args = parse_args()
     load_before = os.getloadavg()
     print(f"load average before: {load_before}; {os.cpu_count()} cores", flush=True)

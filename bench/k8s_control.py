@@ -134,7 +134,13 @@ async def measure_creates(url: str, jobs: int) -> dict[str, Any]:
         job_id = f"training-bench{job:04d}"
         specs = [
             LearnerSpec(
-                job_id, n, 1, 16, ["dlaas-learner", "--", "true"], env, Resources(1, 2**30, 1)
+                job_id,
+                n,
+                1,
+                16,
+                ["dlaas-learner", "--", "true"],
+                env,
+                resources=Resources(1, 2**30, 1),
             )
             for n in range(1, 17)
         ]

@@ -37,6 +37,7 @@ from bench._latency_stats import median, percentile, rounded
 from bench._small import parse_with_small
 from cli import embedded
 from cli.sse import parse_sse
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 TARGET_LOG_P95_S = 0.25
 TARGET_START_P50_S = 1.5
@@ -199,6 +200,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    unwind_on_stopping_signals()  # killed by a timeout, it still stops its platform
     args = parse_args()
     load_before = os.getloadavg()
     print(f"load average before: {load_before}", flush=True)

@@ -65,6 +65,7 @@ from tests.e2e.flood import (
     read_log,
     read_metrics,
 )
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 # The followers stand for users' clients, which run on other machines and take no CPU from
 # the learners; on this machine they run at the lowest priority there is, so they take the
@@ -562,6 +563,7 @@ def main() -> None:
     status = in_own_session()
     if status is not None:
         sys.exit(status)
+    unwind_on_stopping_signals()  # killed by a timeout, it still stops its platform
     args = parse_args()
     load_before = os.getloadavg()
     print(f"load average before: {load_before}", flush=True)

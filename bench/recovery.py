@@ -62,6 +62,7 @@ from cli import embedded
 from cli.archive import zip_directory
 from cli.client import DlaasClient
 from tests.chaos import processes
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 TARGET_RECOVERY_P50_S = 3.0
@@ -365,10 +366,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=2.0, help="checkpoint interval (s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parse_with_small(parser, {"kills": 1, "steps": 100, "interval": 0.5})
+    return parse_with_small(parser, {"kills": 2, "steps": 150, "interval": 0.5})
 
 
 def main() -> None:
+    unwind_on_stopping_signals()  # killed by a timeout, it still stops its platform
     args = parse_args()
     load_before = os.getloadavg()
     print(f"load average before: {load_before}", flush=True)

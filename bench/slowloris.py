@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 from bench._bench_api_server import BenchApiServer, api_env, process_cpu_s
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, ms, percentile, rounded
+from bench._small import parse_with_small
 from storage.http_server import raise_open_file_limit
 
 PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: dlaas\r\nUser-Agent: slowloris\r\n"
@@ -333,16 +334,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="DLAAS_HTTP_HEADER_TIMEOUT_S of the API started (default: the API's, 10 s)",
     )
-    parser.add_argument(
-        "--small", action="store_true", help="200 connections, 20 probes, 2 client processes"
-    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    if args.small:
-        args.connections, args.probes, args.processes = 200, 20, 2
+    small = {"connections": 200, "probes": 20, "processes": 2}
+    args = parse_with_small(_parser(), small, argv)
     raise_open_file_limit()
     if args.url:
         figures = measure(args, args.url, None)

@@ -56,6 +56,7 @@ from tests.e2e.burst import (
     progress_line,
 )
 from tests.e2e.conftest import Platform
+from tests.stop_on_signals import unwind_on_stopping_signals
 
 TARGET_FINISH_TO_FINAL_P99_S = 2.0
 _CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -243,6 +244,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    unwind_on_stopping_signals()  # killed by a timeout, it still stops its platform
     args = parse_args()
     load_before = os.getloadavg()
     print(f"load average before: {load_before}", flush=True)

@@ -8,7 +8,10 @@ processes (`--dist loadfile`) share them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +23,11 @@ BENCH_DIR = ROOT / "bench"
 # the benchmarks each test module runs
 COMPUTING = ("scheduler", "sched_sim", "elastic_sim", "elastic_optimizer", "checkpoint_stall")
 SERVICES = ("token_auth", "redis_isolation", "k8s_control", "api_load", "fuzz")
+# run small by a test of their own, with more to check (tests/integration/test_bench_*.py)
+OWN_TESTS = ("slowloris",)
 TORCH_PROCESSES = ("ps", "perf_model")
 PLATFORM = ("latency", "soak", "recovery", "log_flood", "dashboard")
-BENCHMARKS_RUN = COMPUTING + SERVICES + TORCH_PROCESSES + PLATFORM
+BENCHMARKS_RUN = COMPUTING + SERVICES + TORCH_PROCESSES + PLATFORM + OWN_TESTS
 
 
 def benchmark_modules() -> set[str]:
@@ -51,23 +56,33 @@ def figures_of(output: str) -> dict[str, Any]:
 
 def run_small(name: str, timeout_s: float) -> dict[str, Any]:
     """`python -m bench.NAME --small` from the repository root: it exits 0 within
-    `timeout_s` and its figures are returned."""
+    `timeout_s` and its figures are returned. One that runs past it gets SIGTERM, which a
+    benchmark that started a platform answers by stopping it, then SIGKILL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", f"bench.{name}", "--small"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", f"bench.{name}", "--small"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired as expired:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            stdout, stderr = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
         raise AssertionError(
             f"bench.{name} --small ran past {timeout_s} s; last output: "
-            f"{_tail(expired.stdout)}\n{_tail(expired.stderr)}"
+            f"{_tail(stdout)}\n{_tail(stderr)}"
         ) from None
-    output = f"{_tail(done.stdout)}\n{_tail(done.stderr)}"
-    assert done.returncode == 0, f"bench.{name} --small exited {done.returncode}:\n{output}"
-    return figures_of(done.stdout)
+    output = f"{_tail(stdout)}\n{_tail(stderr)}"
+    assert process.returncode == 0, f"bench.{name} --small exited {process.returncode}:\n{output}"
+    return figures_of(stdout)
 
 
 def _tail(text: str | bytes | None, chars: int = 3000) -> str:
