@@ -5,7 +5,6 @@ attacker job tries with what its environment, filesystem and network give it fai
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,22 +14,13 @@ import httpx
 import pytest
 
 from tests.browser.jobs import STEADY_JOB
+from tests.e2e.isolated_jobs import ROOT_ONLY, SYSTEM_PYTHON
 from tests.platform import Platform
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        os.geteuid() != 0,
-        reason="programs get uids of their own only when the node agent runs as root; "
-        "run the tests as root (CI does)",
-    ),
-]
+pytestmark = [pytest.mark.e2e, ROOT_ONLY]
 
 ATTACKER = Path(__file__).with_name("attacker_job")
 ESCAPE_ATTEMPTS = 22
-# The jobs here need only the standard library: the system's Python, which every uid may
-# run (this machine's own interpreter may sit under root's 0700 home).
-PYTHON = "/usr/bin/python3"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +74,7 @@ def test_every_escape_a_job_tries_fails_and_its_own_job_still_works(
     )
     assert created.status_code == 201 and created.json()["warning"] is None
     victim_owner = platform.create_user("victim-of-attacker")
-    steady = f"{PYTHON} train.py --steps 100000 --step-s 0.2"
+    steady = f"{SYSTEM_PYTHON} train.py --steps 100000 --step-s 0.2"
     victim = _submit(
         platform, victim_owner.token, _manifest(tmp_path, "victim", steady), STEADY_JOB
     )
@@ -100,7 +90,7 @@ def test_every_escape_a_job_tries_fails_and_its_own_job_still_works(
         "api": platform.url,
     }
     attacker_owner = platform.create_user("attacker")
-    attack = f"{PYTHON} attack.py {json.dumps(json.dumps(targets))}"
+    attack = f"{SYSTEM_PYTHON} attack.py {json.dumps(json.dumps(targets))}"
     job = _submit(platform, attacker_owner.token, _manifest(tmp_path, "attacker", attack), ATTACKER)
     _wait_state(platform, attacker_owner.token, job, ("COMPLETED",))
     logs = platform.dlaas("logs", job, "--token", attacker_owner.token).stdout

@@ -6,7 +6,6 @@ holds, and other jobs' /proc, and fails each time."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -16,21 +15,13 @@ from typing import Any
 import pytest
 
 from tests.browser.jobs import STEADY_JOB
+from tests.e2e.isolated_jobs import ROOT_ONLY, SYSTEM_PYTHON
 from tests.platform import Platform, User
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        os.geteuid() != 0,
-        reason="programs get uids of their own only when the node agent runs as root; "
-        "run the tests as root (CI does)",
-    ),
-]
+pytestmark = [pytest.mark.e2e, ROOT_ONLY]
 
 PROBE = Path(__file__).with_name("sandbox_job")
-# The jobs need only the standard library: the system's Python, which every uid may run.
-PYTHON = "/usr/bin/python3"
-STEADY = f"{PYTHON} train.py --steps 100000 --step-s 0.2"
+STEADY = f"{SYSTEM_PYTHON} train.py --steps 100000 --step-s 0.2"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +52,7 @@ def submit(
 def probe(
     platform: Platform, user: User, directory: Path, plan: dict[str, Any], learners: int = 1
 ) -> str:
-    command = f"{PYTHON} probe.py {json.dumps(json.dumps(plan))}"
+    command = f"{SYSTEM_PYTHON} probe.py {json.dumps(json.dumps(plan))}"
     return submit(platform, user, directory, command, PROBE, learners)
 
 
