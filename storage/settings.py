@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     # taken to cost (a checkpoint, a stop and a restart) until one is measured.
     autoscale_interval_s: float = Field(default=60.0, gt=0)
     resize_cost_s: float = Field(default=30.0, ge=0)
+    # A queued job no node set could ever hold (nodes left, a quota was lowered) fails after
+    # staying so this long, saying why; a node that comes back within it keeps the job.
+    unschedulable_fail_after_s: float = Field(default=600.0, gt=0)
 
     # A file the monitor, beat and pod watcher keep refreshing while alive (exec probes).
     liveness_file: Path | None = None

@@ -15,7 +15,7 @@ from api.archive import check_model_archive
 from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
-from api.services import node_fit, quota
+from api.services import node_fit, quota, team_fit
 from api.services.priority import check_priority
 from api.services.team_choice import choose_team
 from api.state import ApiState
@@ -77,6 +77,7 @@ async def submit_job(
     manifest = await to_thread.run_sync(parse_manifest, manifest_text)
     await check_priority(state, user, team, manifest.priority)
     await node_fit.check_fits(state, manifest)
+    await team_fit.check_team_fits(state, team.id, manifest)
     normalized = manifest.normalized()
     await _check_training_data(state.objects, user.id, normalized)
     # Small archives are checked and stored inline: a thread hop costs more than the work.

@@ -38,7 +38,7 @@ def _cpu_count(millicpus: int | str) -> str:
     return f"{count} CPU{'' if count == '1' else 's'}"
 
 
-def _memory(size: int, *, at_most: bool = False) -> str:
+def memory_size(size: int, *, at_most: bool = False) -> str:
     """`size` bytes as a manifest writes them; `at_most`: rounded down to whole MiB."""
     for unit, scale in (("Gi", 2**30), ("Mi", 2**20)):
         if size >= scale and size % scale == 0:
@@ -68,10 +68,10 @@ def refusal(
         most = _cpus(max(node.millicpus for node in with_gpus))
         return "cpus", _more_than_any(_cpu_count(millicpus), having, _cpu_count(most), most)
     if not any(node.memory >= memory for node in with_cpus):
-        most = _memory(max(node.memory for node in with_cpus), at_most=True)
+        most = memory_size(max(node.memory for node in with_cpus), at_most=True)
         having.append(_cpu_count(millicpus))
         return "memory", _more_than_any(
-            f"{_memory(memory)} of memory", having, f"{most} of memory", most
+            f"{memory_size(memory)} of memory", having, f"{most} of memory", most
         )
     return None
 

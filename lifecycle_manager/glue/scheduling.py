@@ -49,6 +49,7 @@ class LoadedJobs:
     records: list[JobRecord]
     reasons: dict[str, str]  # queued job -> its reason now
     causes: dict[str, str]  # queued job -> the cause of its newest `waiting` event
+    waiting_since: dict[str, float]  # queued job -> when its newest `waiting` event came
 
 
 def _stamp(moment: datetime) -> float:
@@ -106,7 +107,7 @@ async def load_jobs(session: AsyncSession) -> LoadedJobs:
     )
     rows = (await session.execute(query)).all()
     events = await repo.latest_events(session, [job.id for job, _ in rows], _KINDS)
-    records, reasons, causes = [], {}, {}
+    records, reasons, causes, since = [], {}, {}, {}
     for job, team in rows:
         admitted = events.get((job.id, ADMITTED_EVENT))
         preempting = events.get((job.id, PREEMPTING_EVENT))
@@ -120,6 +121,7 @@ async def load_jobs(session: AsyncSession) -> LoadedJobs:
             waiting = events.get((job.id, WAITING_EVENT))
             if waiting is not None:
                 causes[job.id] = str(waiting.detail.get("cause", ""))
+                since[job.id] = _stamp(waiting.time)
         records.append(
             JobRecord(
                 id=job.id,
@@ -138,7 +140,7 @@ async def load_jobs(session: AsyncSession) -> LoadedJobs:
                 ),
             )
         )
-    return LoadedJobs(records, reasons, causes)
+    return LoadedJobs(records, reasons, causes, since)
 
 
 def _admission_reason(nodes: Iterable[str], borrowed: bool, backfilled: bool) -> str:
@@ -151,8 +153,47 @@ def _admission_reason(nodes: Iterable[str], borrowed: bool, backfilled: bool) ->
     return "; ".join(why)
 
 
+def unschedulable_too_long(
+    loaded: LoadedJobs, decided: SchedulePass, now: float, fail_after_s: float
+) -> list[tuple[str, str]]:
+    """The jobs, with their reasons, that no node set could hold for `fail_after_s` on end:
+    each was refused by this pass and its newest `waiting` event says it was already."""
+    return [
+        (refusal.job_id, refusal.reason)
+        for refusal in decided.refusals
+        if loaded.causes.get(refusal.job_id) == UNSCHEDULABLE
+        and now - loaded.waiting_since.get(refusal.job_id, now) >= fail_after_s
+    ]
+
+
+async def _fail_unschedulable(
+    session: AsyncSession, failing: list[tuple[str, str]], fail_after_s: float
+) -> set[str]:
+    failed = set()
+    for job_id, reason in failing:
+        why = (
+            f"never fit: {reason}; it stayed too big for the cluster for {fail_after_s:g} s "
+            "(DLAAS_UNSCHEDULABLE_FAIL_AFTER_S)"
+        )
+        changed = await repo.transition(
+            session,
+            job_id,
+            JobState.FAILED,
+            why,
+            {"cause": UNSCHEDULABLE},
+            only_from=[JobState.QUEUED],
+        )
+        if changed.changed:
+            failed.add(job_id)
+    return failed
+
+
 async def _record(
-    session: AsyncSession, decided: SchedulePass, loaded: LoadedJobs, now: datetime
+    session: AsyncSession,
+    decided: SchedulePass,
+    loaded: LoadedJobs,
+    now: datetime,
+    fail_after_s: float,
 ) -> queue_view.QueueView:
     teams = {record.id: record.team for record in loaded.records}
     attempts = {record.id: record.attempt for record in loaded.records}
@@ -170,11 +211,17 @@ async def _record(
                 "backfilled": admission.backfilled,
             },
         )
+    failed = await _fail_unschedulable(
+        session,
+        unschedulable_too_long(loaded, decided, now.timestamp(), fail_after_s),
+        fail_after_s,
+    )
     queued: list[queue_view.QueuedJob] = []
     waits = [(w.job_id, str(w.cause), w.reason, w.estimated_start) for w in decided.waiting]
     unschedulable = [
         (r.job_id, UNSCHEDULABLE, f"too big for the cluster as it is now: {r.reason}", None)
         for r in decided.refusals
+        if r.job_id not in failed
     ]
     for position, (job_id, cause, reason, start) in enumerate([*waits, *unschedulable], 1):
         if reason != loaded.reasons.get(job_id):
@@ -213,7 +260,8 @@ async def run_pass(ctx: Context) -> SchedulePass | None:
             quotas = await team_quotas(session)
             now = ctx.clock()
             decided = schedule(snapshot(nodes, quotas, loaded.records), now.timestamp())
-            view = await _record(session, decided, loaded, now)
+            fail_after_s = ctx.settings.unschedulable_fail_after_s
+            view = await _record(session, decided, loaded, now, fail_after_s)
         await queue_view.apublish_queue(ctx.redis, view)
     if decided.admissions or decided.preemptions:
         log.info(

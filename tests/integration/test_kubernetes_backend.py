@@ -11,6 +11,7 @@ import asyncio
 import io
 import json
 import zipfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -509,6 +510,37 @@ async def test_a_gang_the_nodes_cannot_hold_waits_queued_without_creating_anythi
         f"created 3 learners: dlaas-{job_id}-learner-1-a1, "
         f"dlaas-{job_id}-learner-2-a1, dlaas-{job_id}-learner-3-a1",
     ) in await events(kube_ctx, job_id)
+
+
+async def test_a_gang_that_stays_too_big_after_nodes_leave_fails_saying_why(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    core = core_api(emulator.url)
+    core.delete_node("node-1")
+    for name in ("gpu-a", "gpu-b"):
+        core.create_node(node(name, {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}))
+    job_id = await make_job(kube_ctx, "python train.py", learners=2, gpus=2, cpus=4)
+    core.delete_node("gpu-b")  # before it was placed: now it can never start
+    outcome = await operations.deploy_job(kube_ctx, job_id)
+    assert "too big for the cluster as it is now" in outcome.message, outcome
+    assert (await load(kube_ctx, job_id)).state == JobState.QUEUED
+
+    fail_after_s = kube_ctx.settings.unschedulable_fail_after_s
+    started = kube_ctx.clock()
+    kube_ctx.clock = lambda: started + timedelta(seconds=fail_after_s / 2)
+    await operations.deploy_job(kube_ctx, job_id)
+    assert (await load(kube_ctx, job_id)).state == JobState.QUEUED  # not yet: a node may return
+
+    kube_ctx.clock = lambda: started + timedelta(seconds=fail_after_s + 1)
+    await operations.deploy_job(kube_ctx, job_id)
+    job = await load(kube_ctx, job_id)
+    assert job.state == JobState.FAILED
+    assert job.reason.startswith("never fit: needs 2 learners of 2 GPUs"), job.reason
+    assert job.reason.endswith(
+        f"it stayed too big for the cluster for {fail_after_s:g} s "
+        "(DLAAS_UNSCHEDULABLE_FAIL_AFTER_S)"
+    ), job.reason
+    assert not pods_of(emulator, namespace, job_id)
 
 
 async def test_the_watch_lists_again_when_its_resource_version_expires(

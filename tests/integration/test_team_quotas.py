@@ -1,15 +1,19 @@
 """Teams' quotas through the API, on SQLite and PostgreSQL: set by platform admins in user
 units, read back by the team and by the scheduling pass (`storage.team_quotas`), refused
-naming the field; and a job's priority bounded by its team's max_priority."""
+naming the field; a job's priority bounded by its team's max_priority; and a job larger
+than its team's quota plus borrowing limit refused at submission."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from storage.cluster_nodes import NodeCapacity, apublish_nodes
 from storage.team_quotas import team_quotas
-from tests.integration.api_harness import MANIFEST, Harness, submit
+from tests.integration.api_harness import MANIFEST, Harness, running_api, submit
 
 FULL = {
     "gpus": {"A100": 8, "T4": 2},
@@ -148,3 +152,100 @@ async def test_a_team_whose_max_priority_was_never_set_takes_priority_0_at_most(
     assert refused.status_code == 422 and refused.json()["field"] == "priority"
     assert f"team {user.name} may use priority up to 0" in refused.json()["detail"]
     assert (await submit(user.client, _with_priority(0))).status_code == 201
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def api_with_t4s(
+    request: pytest.FixtureRequest, tmp_path: Path, private_redis_url: str
+) -> AsyncIterator[Harness]:
+    """The API on a Redis database of its own, where a node of 4 T4 GPUs is published."""
+    database_url = request.getfixturevalue(f"{request.param}_url")
+    if request.param == "sqlite":
+        database_url = f"sqlite+aiosqlite:///{tmp_path / 'api.db'}"
+    async with running_api(database_url, private_redis_url, tmp_path / "objects") as harness:
+        node = NodeCapacity("gpu", 4, "T4", millicpus=16_000, memory=64 * 2**30)
+        await apublish_nodes(harness.app.state.dlaas.redis, [node])
+        yield harness
+
+
+def _gang(learners: int, asks: str) -> bytes:
+    return (
+        f"name: gang\nlearners: {learners}\n{asks}framework:\n  command: python train.py\n"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("manifest", "field", "detail"),
+    [
+        (
+            _gang(3, "gpus: 1\n"),
+            "gpus",
+            "3 learners need 3 GPUs at once, more than team {team} may ever use (2 T4: its "
+            "quota plus its borrowing limit); ask for less, or a platform admin raises the "
+            "team's quota (`dlaas team quota`)",
+        ),
+        (
+            _gang(3, "gpus: 1\nelastic: {min_learners: 3, max_learners: 4}\n"),
+            "gpus",
+            "3 learners (elastic.min_learners) need 3 GPUs at once, more than team {team} may "
+            "ever use (2 T4: its quota plus its borrowing limit); ask for less, or a platform "
+            "admin raises the team's quota (`dlaas team quota`)",
+        ),
+        (
+            _gang(2, "cpus: 3\n"),
+            "cpus",
+            "2 learners need 6 CPUs at once, more than team {team} may ever use (5 CPUs: its "
+            "quota plus its borrowing limit); ask for less, or a platform admin raises the "
+            "team's quota (`dlaas team quota`)",
+        ),
+        (
+            _gang(2, "memory: 2Gi\n"),
+            "memory",
+            "2 learners need 4Gi of memory at once, more than team {team} may ever use (3Gi: "
+            "its quota plus its borrowing limit); ask for less, or a platform admin raises the "
+            "team's quota (`dlaas team quota`)",
+        ),
+    ],
+    ids=["gpus", "elastic", "cpus", "memory"],
+)
+async def test_a_job_beyond_its_teams_quota_and_borrowing_is_refused_naming_the_field(
+    api_with_t4s: Harness, manifest: bytes, field: str, detail: str
+) -> None:
+    api = api_with_t4s
+    member = await api.add_user("member")
+    team = await api.add_team("ta", {member: "member"})
+    quota = {
+        "gpus": {"T4": 1},
+        "cpus": 4,
+        "memory": "2Gi",
+        "borrowing_limit": {"gpus": {"T4": 1}, "cpus": 1, "memory": "1Gi"},
+    }
+    assert (await api.admin.put(f"/v2/teams/{team}/quota", json=quota)).status_code == 200
+    refused = await submit(member.client, manifest, team=team)
+    assert refused.status_code == 422, refused.text
+    assert refused.json() == {
+        "error": "beyond_team_quota",
+        "detail": detail.format(team=team),
+        "field": field,
+    }
+    # within the quota plus borrowing the same team's job is taken
+    assert (await submit(member.client, _gang(2, "gpus: 1\n"), team=team)).status_code == 201
+
+
+async def test_a_team_that_may_run_no_job_refuses_submissions_and_unlimited_teams_take_any(
+    api_with_t4s: Harness,
+) -> None:
+    api = api_with_t4s
+    member = await api.add_user("member")
+    closed = await api.add_team("closed", {member: "member"})
+    open_team = await api.add_team("open", {member: "member"})
+    quota = {"jobs": 0, "borrowing_limit": {"jobs": 0}}
+    assert (await api.admin.put(f"/v2/teams/{closed}/quota", json=quota)).status_code == 200
+    refused = await submit(member.client, _gang(1, ""), team=closed)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "team"
+    assert f"team {closed} may run no job at all" in refused.json()["detail"]
+
+    # a team whose quota was never set is not limited: only the cluster bounds its jobs
+    taken = await submit(member.client, _gang(4, "gpus: 1\n"), team=open_team)
+    assert taken.status_code == 201, taken.text
