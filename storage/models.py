@@ -1,5 +1,5 @@
 """SQLAlchemy models: users, their teams and API tokens, jobs, job events, learners,
-idempotent requests, data usage."""
+idempotent requests, data usage, the scheduler's fence."""
 
 from __future__ import annotations
 
@@ -264,3 +264,13 @@ class JobCredential(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class SchedulerFence(Base):
+    """One row: the newest scheduler lease's fencing token that applied decisions
+    (`storage.scheduler_fence`)."""
+
+    __tablename__ = "scheduler_fence"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger, default=0)
