@@ -1,7 +1,8 @@
 """The autoscaler's step after each scheduling pass: read the running elastic jobs and
 what they were measured doing, let `scheduler.elastic_pass` size them, record the resizes.
 
-Under the scheduler's lock, on what the pass just committed (its admissions hold room):
+Under the scheduler's lease and behind its fence, as a pass is (`scheduling_pass`), on what
+the pass just committed (its admissions hold room):
 
     running elastic jobs (database) + their throughput now (the chief's metric points of
     the current attempt, Redis) + the sizes they were measured at before (`resizing` events)
@@ -23,10 +24,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from lifecycle_manager.glue import resizing
+from lifecycle_manager.glue import resizing, scheduler_lease
 from lifecycle_manager.glue.cluster_snapshot import snapshot
 from lifecycle_manager.glue.context import Context
-from lifecycle_manager.glue.scheduling import SCHEDULER_LOCK, load_jobs
+from lifecycle_manager.glue.scheduling import load_jobs
 from lifecycle_manager.scheduler import SchedulePass, Waiting
 from lifecycle_manager.scheduler.elastic_pass import ElasticRunning, elastic_pass
 from lifecycle_manager.scheduler.throughput_curve import (
@@ -35,7 +36,8 @@ from lifecycle_manager.scheduler.throughput_curve import (
     throughput_curve,
 )
 from storage import jobs as repo
-from storage import streams
+from storage import scheduler_fence, streams
+from storage.cluster_nodes import NodeCapacity
 from storage.job_states import JobState
 from storage.models import Job, JobEvent
 from storage.performance_model import configured_network
@@ -141,11 +143,21 @@ async def autoscale_pass(ctx: Context, waiting: Sequence[Waiting]) -> list[tuple
     """Size the running elastic jobs, given the jobs the pass left `waiting`; the jobs
     now RESCALING, each with the attempt whose learners are to stop."""
     if not await _any_running_elastic(ctx):
-        return []  # nothing to size: the scheduler's lock is not taken again for nothing
+        return []  # nothing to size: the scheduler's lease is not taken again for nothing
     nodes = await ctx.backend.nodes()
+    resized = await scheduler_lease.run_fenced(
+        ctx.redis, "autoscaling", lambda token: _resize(ctx, nodes, waiting, token)
+    )
+    return resized or []
+
+
+async def _resize(
+    ctx: Context, nodes: Sequence[NodeCapacity], waiting: Sequence[Waiting], token: int
+) -> list[tuple[str, int]]:
+    """`autoscale_pass` as the lease holder of `token` (raises StaleToken)."""
     recorded = []
-    lock = ctx.redis.lock(SCHEDULER_LOCK, timeout=60, blocking_timeout=60)
-    async with lock, ctx.sessions.begin() as session:
+    async with ctx.sessions.begin() as session:
+        await scheduler_fence.claim(session, token)
         loaded = await load_jobs(session)
         holding = [record.id for record in loaded.records if record.holding]
         elastic, costs = await _elastic_running(ctx, session, holding)

@@ -1,5 +1,5 @@
 """The scheduler's view of the platform, built from plain records of the database and
-the cluster: what `scheduling.run_pass` hands to `scheduler.schedule`.
+the cluster: what `scheduling_pass.run_pass` hands to `scheduler.schedule`.
 
 Pure functions over plain data, so tests build snapshots as the service does.
 

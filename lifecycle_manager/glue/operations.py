@@ -40,7 +40,8 @@ from lifecycle_manager.glue.learner_restarts import (
 )
 from lifecycle_manager.glue.learner_specs import learner_specs
 from lifecycle_manager.glue.learner_stopping import mark_stopped, mark_stopping
-from lifecycle_manager.glue.scheduling import admitted, placement_for, run_pass
+from lifecycle_manager.glue.scheduling import admitted, placement_for
+from lifecycle_manager.glue.scheduling_pass import run_pass
 from lifecycle_manager.scheduler import SchedulePass
 from storage import job_credentials, streams
 from storage import jobs as repo
@@ -195,15 +196,15 @@ async def _awaiting_admission(ctx: Context, job_id: str) -> bool:
 
 async def schedule_pass(ctx: Context) -> tuple[SchedulePass | None, dict[str, Outcome]]:
     """Run a scheduling pass and act on it: ask the victims of a preemption to checkpoint
-    and stop, deploy the admitted jobs. Returns the pass (None when the cluster could not
-    say what it has) and each admitted job's deploy outcome."""
-    decided = await run_pass(ctx)
-    if decided is None:
+    and stop, deploy the admitted jobs. Returns the pass (None when none ran: the cluster
+    could not say what it has, or another pass held the scheduler) and each admitted job's
+    deploy outcome."""
+    recorded = await run_pass(ctx)
+    if recorded is None:
         return None, {}
-    for preemption in decided.preemptions:
-        await preemption_steps.ask_to_stop(
-            ctx, preemption.victim_id, preemption.for_job_id, preemption.reason
-        )
+    decided = recorded.decided
+    for victim_id, attempt in recorded.stopping.items():
+        await preemption_steps.ask_to_stop(ctx, victim_id, attempt)
     admitted_ids = [admission.job_id for admission in decided.admissions]
     deployed = await asyncio.gather(*(deploy_job(ctx, job_id) for job_id in admitted_ids))
     try:
@@ -234,7 +235,11 @@ async def schedule_jobs(ctx: Context, job_id: str | None = None) -> Outcome:
     """A scheduling pass, acted on; with `job_id`, the outcome says what became of it."""
     decided, deployed = await schedule_pass(ctx)
     if decided is None:
-        return Outcome("waiting for the cluster to say what it has", retry_after=1.0)
+        return Outcome(
+            "no scheduling pass ran (the cluster could not say what it has, or another pass"
+            " held the scheduler): trying again",
+            retry_after=1.0,
+        )
     if job_id in deployed:
         return deployed[job_id]
     for waiting in decided.waiting:

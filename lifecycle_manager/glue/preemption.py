@@ -1,8 +1,11 @@
 """Preemption: a running job makes room for another the scheduler chose over it.
 
-    ask_to_stop     a `preempting` event names the job it makes room for; its learner
-                    rows go STOPPING and its learners get SIGTERM: each runner checkpoints
-                    (the SDK saves at its next step) and uploads it within the grace period
+    record_stop     in the scheduling pass that chose it (so under its fence: a stale pass
+                    asks nothing): a `preempting` event names the job it makes room for;
+                    its learner rows go STOPPING
+    ask_to_stop     once the pass committed, its learners get SIGTERM: each runner
+                    checkpoints (the SDK saves at its next step) and uploads it within the
+                    grace period
     requeue         once they are gone: learner rows STOPPED, the job back to QUEUED with a
                     `preempted` event; admitted again, it resumes from that checkpoint in a
                     new attempt, and none of its restarts is used
@@ -37,26 +40,32 @@ async def preemption_under_way(session: AsyncSession, job: Job) -> JobEvent | No
     return asked
 
 
-async def ask_to_stop(ctx: Context, victim_id: str, for_job_id: str, reason: str) -> bool:
-    """Ask a running job to checkpoint and stop; whether it was asked now (not before)."""
-    async with ctx.sessions.begin() as session:
-        job = await repo.lock_job(session, victim_id)
-        if job is None or job.state not in ACTIVE_STATES or job.desired != Desired.RUN:
-            return False
-        if await preemption_under_way(session, job) is not None:
-            return False
-        attempt = job.attempt
-        await repo.add_event(
-            session,
-            victim_id,
-            PREEMPTING_EVENT,
-            reason,
-            {"for_job": for_job_id, "attempt": attempt},
-        )
-        await mark_stopping(session, victim_id, f"stopping: preempted for job {for_job_id}")
-        await repo.update_job(session, victim_id, reason=f"checkpointing to make room: {reason}")
+async def record_stop(
+    session: AsyncSession, victim_id: str, for_job_id: str, reason: str
+) -> int | None:
+    """In the transaction of the pass that chose it: ask a running job to checkpoint and
+    stop. The attempt whose learners are to stop, or None if it was not asked now (asked
+    before, or no longer running to run)."""
+    job = await repo.lock_job(session, victim_id)
+    if job is None or job.state not in ACTIVE_STATES or job.desired != Desired.RUN:
+        return None
+    if await preemption_under_way(session, job) is not None:
+        return None
+    await repo.add_event(
+        session,
+        victim_id,
+        PREEMPTING_EVENT,
+        reason,
+        {"for_job": for_job_id, "attempt": job.attempt},
+    )
+    await mark_stopping(session, victim_id, f"stopping: preempted for job {for_job_id}")
+    await repo.update_job(session, victim_id, reason=f"checkpointing to make room: {reason}")
+    return job.attempt
+
+
+async def ask_to_stop(ctx: Context, victim_id: str, attempt: int) -> None:
+    """SIGTERM to the learners of a job `record_stop` asked to stop, once that committed."""
     await ctx.backend.delete_learners(victim_id, up_to_attempt=attempt)
-    return True
 
 
 async def requeue(ctx: Context, job_id: str) -> bool:

@@ -1,20 +1,21 @@
-"""The scheduling pass: read the platform, let `scheduler.schedule` decide, record it.
+"""What a scheduling pass reads and records: the platform as `scheduler.schedule` sees it,
+and what it decided.
 
-One pass at a time (a Redis lock), each on what the one before it committed:
+`scheduling_pass.run_pass` runs one pass at a time (the scheduler's lease), each on what the
+one before it committed:
 
     backend.nodes()  +  teams' quotas  +  queued and running jobs (database)
         -> cluster_snapshot.snapshot -> scheduler.schedule
         -> an `admitted` event per admission (its placement), the reason of every job that
            waits (a `waiting` event when the cause changes), the queue for `dlaas queue`
 
-The caller acts on the pass (`operations.schedule_jobs`): it deploys the admitted jobs and
+The caller acts on the pass (`operations.schedule_pass`): it deploys the admitted jobs and
 asks the victims of a preemption to checkpoint and stop. An admission is recorded before
 anything is deployed, so a pass that runs in between counts the admitted job as running.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,19 +23,14 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from lifecycle_manager.backends.base import BackendUnavailable
-from lifecycle_manager.glue.cluster_snapshot import JobRecord, Placement, snapshot
+from lifecycle_manager.glue.cluster_snapshot import JobRecord, Placement
 from lifecycle_manager.glue.context import Context
-from lifecycle_manager.scheduler import SchedulePass, schedule
+from lifecycle_manager.scheduler import SchedulePass
 from storage import cluster_nodes, queue_view
 from storage import jobs as repo
 from storage.job_states import ACTIVE_STATES, Desired, JobState
 from storage.models import Job, JobEvent, Team
-from storage.team_quotas import team_quotas
 
-log = logging.getLogger(__name__)
-
-SCHEDULER_LOCK = "dlaas:scheduler-lock"
 ADMITTED_EVENT = "admitted"
 PREEMPTING_EVENT = "preempting"
 WAITING_EVENT = "waiting"
@@ -188,7 +184,7 @@ async def _fail_unschedulable(
     return failed
 
 
-async def _record(
+async def record_pass(
     session: AsyncSession,
     decided: SchedulePass,
     loaded: LoadedJobs,
@@ -244,29 +240,3 @@ async def _record(
 async def publish_nodes(ctx: Context) -> None:
     """Publish what the cluster's nodes offer now (raises BackendUnavailable)."""
     await cluster_nodes.apublish_nodes(ctx.redis, await ctx.backend.nodes())
-
-
-async def run_pass(ctx: Context) -> SchedulePass | None:
-    """One scheduling pass, recorded; None when the cluster could not say its nodes."""
-    try:
-        nodes = await ctx.backend.nodes()
-    except BackendUnavailable as error:
-        log.warning("scheduling: the cluster is unavailable: %s", error)
-        return None
-    async with ctx.redis.lock(SCHEDULER_LOCK, timeout=60, blocking_timeout=60):
-        await cluster_nodes.apublish_nodes(ctx.redis, nodes)
-        async with ctx.sessions.begin() as session:
-            loaded = await load_jobs(session)
-            quotas = await team_quotas(session)
-            now = ctx.clock()
-            decided = schedule(snapshot(nodes, quotas, loaded.records), now.timestamp())
-            fail_after_s = ctx.settings.unschedulable_fail_after_s
-            view = await _record(session, decided, loaded, now, fail_after_s)
-        await queue_view.apublish_queue(ctx.redis, view)
-    if decided.admissions or decided.preemptions:
-        log.info(
-            "scheduling: admitted %s; preempting %s",
-            [a.job_id for a in decided.admissions],
-            [p.victim_id for p in decided.preemptions],
-        )
-    return decided

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle_manager.glue import operations, scheduling
+from lifecycle_manager.glue import operations, scheduling_pass
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.reconcile import reconcile
 from storage import cluster_nodes, queue_view
@@ -150,8 +150,8 @@ async def test_a_job_admitted_whose_deploy_was_lost_is_deployed_by_the_sweep(
 ) -> None:
     job_id = await make_job(ctx, "sleep 60", gpus=1)
     # The pass records the admission; the worker that was to deploy it dies right after.
-    decided = await scheduling.run_pass(ctx)
-    assert decided is not None and [a.job_id for a in decided.admissions] == [job_id]
+    recorded = await scheduling_pass.run_pass(ctx)
+    assert recorded is not None and [a.job_id for a in recorded.decided.admissions] == [job_id]
     assert (await load(ctx, job_id)).state == JobState.QUEUED
 
     report = await reconcile(ctx)
