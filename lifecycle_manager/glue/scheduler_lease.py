@@ -26,7 +26,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import redis.asyncio as aioredis
@@ -154,18 +154,23 @@ class _Keeper:
     worker: asyncio.Task[object]
     inside: bool = True  # the worker is still in the body that the lease guards
     lost: bool = False
-    renewals: int = field(default=0)
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        kept_at = loop.time()  # the lease lives a TTL from here at least
         while True:
             await asyncio.sleep(self.timings.renew_every_s)
+            sent = loop.time()
             try:
                 kept = await renew(self.redis, self.lease, self.timings)
-            except aioredis.RedisError as error:  # the lease may still live: try again
+            except aioredis.RedisError as error:
                 log.warning("scheduler lease %d: renewal failed: %s", self.lease.token, error)
-                continue
+                # Unrenewed for a whole TTL, it is gone as far as anyone can tell.
+                if loop.time() - kept_at < self.timings.ttl_s:
+                    continue
+                kept = False
             if kept:
-                self.renewals += 1
+                kept_at = sent
                 continue
             log.warning("scheduler lease %d: lost; abandoning the pass", self.lease.token)
             self.lost = True
@@ -193,11 +198,14 @@ async def held(
             raise LeaseLost(f"the scheduler's lease {lease.token} was lost") from None
         raise
     finally:
-        keeper.inside = False  # set before any await: the keeper cancels the body only
+        keeper.inside = False  # before any await: the keeper cancels only the body
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
         if not keeper.lost:
-            await release(redis, lease)
+            try:
+                await release(redis, lease)
+            except aioredis.RedisError as error:  # it lapses by itself within its TTL
+                log.warning("scheduler lease %d: release failed: %s", lease.token, error)
 
 
 async def run_fenced(
