@@ -31,6 +31,13 @@ the program) and, per kill:
 It also samples the node agent to see whether learners of two attempts of the job ever ran
 at once, and counts the jobs the platform lists against the one submitted.
 
+Then, `--stall-runs` times, a scheduling worker dies mid-pass: a process takes the
+scheduler's lease on the platform's Redis as a pass does (`bench/_lease_holder.py`, renewing
+it every second), a one-learner job is submitted, and the holder is SIGKILLed at a random
+moment between two renewals. `scheduler_stall_after_worker_kill_s` (the median; target at
+most 5 s) is the kill -> the job's `admitted` event: the dead holder's lease lapsing, the
+waiting worker taking it over and its pass.
+
 Run from the repository root: `python -m bench.recovery` (a few minutes). The last line is
 the FINAL line, one JSON object `{"bench": "recovery", ...}`. The platform is always stopped.
 """
@@ -57,19 +64,27 @@ from typing import Any
 import httpx
 
 from bench._latency_stats import median, percentile, rounded
+from bench._lease_holder import HELD
 from bench._small import parse_with_small
 from cli import embedded
 from cli.archive import zip_directory
 from cli.client import DlaasClient
+from lifecycle_manager.glue.scheduler_lease import RENEW_EVERY_S
 from tests.chaos import processes
 from tests.stop_on_signals import unwind_on_stopping_signals
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 TARGET_RECOVERY_P50_S = 3.0
+TARGET_SCHEDULER_STALL_S = 5.0
 KILLS_REQUIRED = 10  # the figures count only over at least this many kills
 FINAL = frozenset({"COMPLETED", "FAILED", "HALTED"})
 RESUME = re.compile(r"^\[dlaas\] learner 1 resumes from checkpoint ckpt-(\d+)$")
 STEP = re.compile(r"^step (\d+) ")
+# A job that only has to be admitted: one learner, a tenth of a CPU, sleeping.
+STALL_MANIFEST = (
+    "name: scheduler-stall\nlearners: 1\ncpus: 0.1\nmemory: 64Mi\n"
+    "framework:\n  name: python\n  command: sleep 30\nrestart_policy:\n  max_restarts: 0\n"
+)
 
 
 @dataclass(frozen=True)
@@ -286,6 +301,58 @@ def figures_of(
     }
 
 
+def admitted_at(client: DlaasClient, job_id: str) -> float | None:
+    times = [event_time(e) for e in client.job_events(job_id) if e["kind"] == "admitted"]
+    return min(times) if times else None
+
+
+def scheduler_stall_s(
+    client: DlaasClient, redis_url: str, home: Path, chance: random.Random
+) -> float:
+    """One run: the holder of the scheduler's lease SIGKILLed mid-pass -> the admission of
+    the job submitted while it held it."""
+    manifest = home / "scheduler-stall.yml"
+    manifest.write_text(STALL_MANIFEST)
+    model = home / "scheduler-stall-model"
+    model.mkdir(exist_ok=True)
+    (model / "README").write_text("the job only sleeps\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "bench._lease_holder", redis_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        said = holder.stdout.readline()
+        if not said.startswith(HELD):
+            raise RuntimeError(f"the lease holder did not take the lease: {said!r}")
+        archive = zip_directory(model)
+        try:
+            job_id = str(client.submit_job(manifest, archive)["id"])
+        finally:
+            archive.unlink()
+        time.sleep(chance.uniform(0.0, RENEW_EVERY_S))  # anywhere between two renewals
+        killed_at = time.time()
+        holder.kill()
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 60.0
+    while (admitted := admitted_at(client, job_id)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} was not admitted within 60 s of the kill")
+        time.sleep(0.05)
+    client.delete_job(job_id)
+    return admitted - killed_at
+
+
+def stall_figures(stalls: list[float]) -> dict[str, Any]:
+    return {
+        "scheduler_stall_after_worker_kill_s": rounded(median(stalls)),
+        "target_scheduler_stall_s": TARGET_SCHEDULER_STALL_S,
+        "scheduler_stall_max_s": rounded(max(stalls, default=float("nan"))),
+        "scheduler_stall_each_s": [round(x, 3) for x in stalls],
+    }
+
+
 def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
     began = time.monotonic()
     platform = embedded.start(home, api_port=embedded.free_port(), on_step=print)
@@ -342,6 +409,11 @@ def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
                 "agent_samples": bench.samples,
             }
         )
+        stalls = []
+        for index in range(args.stall_runs):
+            stalls.append(scheduler_stall_s(client, platform.redis_url, home, chance))
+            print(f"scheduler stall {index + 1}: {stalls[-1]:.3f} s", flush=True)
+        figures.update(stall_figures(stalls))
 
 
 def check_kills(figures: dict[str, Any]) -> None:
@@ -366,7 +438,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=2.0, help="checkpoint interval (s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep DLAAS_HOME (logs) afterwards")
-    return parse_with_small(parser, {"kills": 2, "steps": 150, "interval": 0.5})
+    parser.add_argument(
+        "--stall-runs", type=int, default=5, help="scheduling workers killed mid-pass"
+    )
+    return parse_with_small(parser, {"kills": 2, "steps": 150, "interval": 0.5, "stall_runs": 1})
 
 
 def main() -> None:
