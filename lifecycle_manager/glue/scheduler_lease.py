@@ -162,9 +162,11 @@ class _Keeper:
             await asyncio.sleep(self.timings.renew_every_s)
             sent = loop.time()
             try:
-                kept = await renew(self.redis, self.lease, self.timings)
-            except aioredis.RedisError as error:
-                log.warning("scheduler lease %d: renewal failed: %s", self.lease.token, error)
+                # A renewal answered after the lease would have lapsed is no renewal.
+                async with asyncio.timeout(kept_at + self.timings.ttl_s - sent):
+                    kept = await renew(self.redis, self.lease, self.timings)
+            except (aioredis.RedisError, TimeoutError) as error:
+                log.warning("scheduler lease %d: renewal failed: %r", self.lease.token, error)
                 # Unrenewed for a whole TTL, it is gone as far as anyone can tell.
                 if loop.time() - kept_at < self.timings.ttl_s:
                     continue

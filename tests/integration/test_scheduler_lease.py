@@ -19,6 +19,7 @@ from lifecycle_manager.glue.scheduler_lease import LEASE_KEY, TOKEN_KEY, LeaseTi
 from storage import jobs as repo
 from storage import scheduler_fence
 from storage.job_states import JobState
+from tests import services
 from tests.integration import test_lifecycle_harness as harness
 from tests.integration.test_lifecycle_harness import (
     Agent,
@@ -107,6 +108,20 @@ async def test_a_pass_whose_lease_is_lost_is_abandoned(redis: aioredis.Redis) ->
             await asyncio.wait_for(never.wait(), timeout=10)
     assert await redis.get(LEASE_KEY) == b"another holder", "the new holder's lease was freed"
     assert lease.token > 0
+
+
+async def test_a_pass_that_cannot_renew_for_a_whole_ttl_is_abandoned(tmp_path: Path) -> None:
+    server, url = services.start_redis(tmp_path)
+    redis = aioredis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    never = asyncio.Event()
+    try:
+        with pytest.raises(scheduler_lease.LeaseLost):
+            async with scheduler_lease.held(redis):
+                server.stop()  # Redis is gone: no renewal can say the lease is still ours
+                await asyncio.wait_for(never.wait(), timeout=15)
+    finally:
+        server.stop()
+        await redis.aclose()
 
 
 async def _kinds(ctx: Context, job_id: str) -> set[str]:
