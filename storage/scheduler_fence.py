@@ -10,16 +10,24 @@ One row changed: no newer holder has written, and none can until this transactio
 (PostgreSQL holds the row's lock, SQLite its one writer's lock), so the pass also reads
 everything every pass before it committed. No row changed: a newer token wrote, and
 `StaleToken` rolls the transaction back with everything the stale pass decided.
+
+A pass waits on nothing between its statements but its own work, so on PostgreSQL its
+transaction may sit idle `IDLE_IN_PASS_LIMIT_S` at most: a holder paused in the middle (a
+stopped process, a frozen VM) loses its connection, and with it the row's lock the next
+holder waits on.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import SchedulerFence
 
 FENCE_ROW = 1
+# Several scheduler leases long (`scheduler_lease.LEASE_TTL_S`, 3 s): a pass that computes
+# for longer than a lease without yielding to its event loop has lost its lease anyway.
+IDLE_IN_PASS_LIMIT_S = 10.0
 
 
 class StaleToken(Exception):
@@ -31,8 +39,13 @@ class StaleToken(Exception):
         self.newest = newest
 
 
-async def claim(session: AsyncSession, token: int) -> None:
+async def claim(
+    session: AsyncSession, token: int, idle_limit_s: float = IDLE_IN_PASS_LIMIT_S
+) -> None:
     """Make `token` the newest that wrote, in `session`'s transaction (raises StaleToken)."""
+    if session.get_bind().dialect.name == "postgresql":
+        limit = f"{int(idle_limit_s * 1000)}ms"
+        await session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = '{limit}'"))
     result = await session.execute(
         update(SchedulerFence)
         .where(SchedulerFence.id == FENCE_ROW, SchedulerFence.token <= token)

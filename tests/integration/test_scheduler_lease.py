@@ -1,7 +1,8 @@
 """The scheduler's lease and fence, on a real Redis (a database of each test's own) and on
 SQLite and PostgreSQL: a dead holder's lease is taken over within its 3 s; renewal keeps a
-long pass's lease; a holder whose lease lapsed applies none of its decisions once a newer
-holder wrote; the passes admit jobs as before.
+long pass's lease, and one that cannot renew it is abandoned; a holder whose lease lapsed
+applies none of its decisions once a newer holder wrote, and one paused inside its
+transaction holds the next up for a bounded time; the passes admit jobs as before.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from sqlalchemy.exc import DBAPIError
 
 from lifecycle_manager.glue import scheduler_lease, scheduling_pass
 from lifecycle_manager.glue.context import Context
 from lifecycle_manager.glue.scheduler_lease import LEASE_KEY, TOKEN_KEY, LeaseTimings
 from storage import jobs as repo
 from storage import scheduler_fence
+from storage.db import is_sqlite, make_engine, make_sessionmaker
 from storage.job_states import JobState
 from tests import services
 from tests.integration import test_lifecycle_harness as harness
@@ -157,6 +160,27 @@ async def test_a_stale_holder_applies_nothing_once_a_newer_token_wrote(ctx: Cont
     assert [w.job_id for w in recorded.decided.waiting] == [waits]
     assert "admitted" in await _kinds(ctx, fits)
     assert "GPU" in (await load(ctx, waits)).reason
+
+
+async def test_a_holder_paused_in_its_transaction_holds_the_next_up_only_so_long(
+    database_url: str,
+) -> None:
+    if is_sqlite(database_url):
+        pytest.skip("SQLite has one writer: a paused one holds up every other (busy_timeout)")
+    engine = make_engine(database_url)
+    sessions = make_sessionmaker(engine)
+    paused = sessions()
+    try:
+        await scheduler_fence.claim(paused, 1, idle_limit_s=1.0)  # then sends nothing more
+        async with sessions.begin() as session:
+            await asyncio.wait_for(scheduler_fence.claim(session, 2), timeout=15)
+        with pytest.raises(DBAPIError):  # the server ended the paused holder's session
+            await paused.commit()
+        async with sessions() as session:
+            assert await scheduler_fence.newest_token(session) == 2
+    finally:
+        await paused.close()
+        await engine.dispose()
 
 
 async def test_a_pass_admits_a_job_and_gives_the_lease_back(ctx: Context) -> None:
