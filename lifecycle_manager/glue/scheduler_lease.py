@@ -42,7 +42,7 @@ TOKEN_KEY = "dlaas:scheduler-fencing-token"  # never expires: tokens only grow
 # a worker killed mid-pass may delay the next admission, and three renewals long, so that
 # a live holder whose event loop or Redis answers late once or twice still keeps it.
 LEASE_TTL_S = 3.0
-RENEW_EVERY_S = 1.0
+RENEW_EVERY_S = 1.0  # a third of the TTL: two renewals in a row may fail or come late
 POLL_EVERY_S = 0.1  # a waiting caller's tries: a dead holder's lease is taken within this
 # Longer than the lease lives, so that a caller waiting on a dead holder takes over.
 WAIT_AT_MOST_S = LEASE_TTL_S + 2.0
