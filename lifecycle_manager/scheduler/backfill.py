@@ -45,11 +45,25 @@ class Reservation:
     """The head's claim: its estimated start and the room held for it, lent only to jobs
     that end before the start."""
 
-    def __init__(self, job_id: str, priority: int, start: float | None, holds: dict[int, Room]):
+    def __init__(
+        self,
+        job_id: str,
+        priority: int,
+        start: float | None,
+        holds: dict[int, Room],
+        gang: Gang | None = None,
+        product: str | None = None,
+        expects: dict[int, Room] | None = None,
+    ):
         self.job_id = job_id
         self.priority = priority
         self.start = start
         self.holds = holds
+        self.gang = gang
+        self.product = product
+        # per node, the room the head counts on running jobs giving back there: what they
+        # free goes to the head first, so a job behind it cannot plan on it
+        self.expects = expects or {}
         self.behind_reason: str | None = None  # what the jobs behind it are told
 
     def ends_in_time(self, end: float | None) -> bool:
@@ -107,6 +121,7 @@ def reserve(
     if total < gang.learners:
         return Reservation(job_id, priority, None, {})
     holds: dict[int, Room] = {}
+    expects: dict[int, Room] = {}
     left = gang.learners
     # best fit at the start: the nodes with the least room that hold learners
     for i in sorted((i for i in nodes if fitting[i]), key=lambda i: (room[i][0], room[i][1])):
@@ -117,11 +132,14 @@ def reserve(
         held = tuple(min(max(needs[d] - freed[d], 0), _free_now(free, i)[d]) for d in range(3))
         if any(held):
             holds[i] = (held[0], held[1], held[2])
+        expected = (needs[0] - held[0], needs[1] - held[1], needs[2] - held[2])
+        if any(expected):
+            expects[i] = expected
         if not left:
             break
     for i, (g, c, m) in holds.items():
         free.take(i, g, c, m)
-    return Reservation(job_id, priority, start, holds)
+    return Reservation(job_id, priority, start, holds, gang, product, expects)
 
 
 def _free_now(free: FreeCapacity, i: int) -> Room:

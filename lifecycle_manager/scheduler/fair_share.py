@@ -92,23 +92,16 @@ class _TeamLine:
         self._share: float | None = None
 
     def key(self) -> _Key:
-        job = self.jobs[self.next]
         account = self.account
         if account.version != self._version:
             self._version = account.version
             self._by_gang.clear()
             self._share = None
-        known = self._by_gang.get(job.gang)
-        if known is None:
-            used, nominal = account.used, account.nominal
-            if self._share is None:
-                self._share = dominant_share(used, self.totals) / account.team.weight
-            # the job would take the team past its nominal quota of something it needs
-            borrows = any(
-                amount > 0 and used.get(key, 0) + amount > nominal.get(key, 0)
-                for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product)
-            )
-            known = self._by_gang[job.gang] = (borrows, self._share)
+        job = self.jobs[self.next]
+        known = self._known(job)
+        if known[0]:
+            known = self._within_nominal_first(job, known)
+            job = self.jobs[self.next]
         priority = job.priority
         return (
             known[0],
@@ -119,6 +112,52 @@ class _TeamLine:
             self.name,
         )
 
+    def _known(self, job: PendingJob) -> tuple[bool, float]:
+        """Whether `job` would borrow, and the team's weighted share."""
+        known = self._by_gang.get(job.gang)
+        if known is None:
+            account = self.account
+            used, nominal = account.used, account.nominal
+            if self._share is None:
+                self._share = dominant_share(used, self.totals) / account.team.weight
+            # the job would take the team past its nominal quota of something it needs
+            borrows = any(
+                amount > 0 and used.get(key, 0) + amount > nominal.get(key, 0)
+                for key, amount in need_of(job.gang, job.gang.gpu_product or self.default_product)
+            )
+            known = self._by_gang[job.gang] = (borrows, self._share)
+        return known
+
+    def _within_nominal_first(
+        self, head: PendingJob, known: tuple[bool, float]
+    ) -> tuple[bool, float]:
+        """Bring ahead of a head that borrows whatever its team runs (it needs more than
+        the team's nominal quota of something) the first of the next few jobs of its
+        priority that would not borrow: keyed by the borrower, the team's guaranteed job
+        waited behind every other team's borrowers, and one of them took the room the
+        team's reclaim had freed. Only among equals: a teammate of lower priority that
+        went first could be preempted by the borrower for the room it took. And not
+        ahead of a head the team's own jobs keep from its quota: that one goes first,
+        or the team's small jobs would starve it."""
+        jobs, cap = self.jobs, self.cap
+        level = min(head.priority, cap)
+        nominal = self.account.nominal
+        product = head.gang.gpu_product or self.default_product
+        if all(amount <= nominal.get(key, 0) for key, amount in need_of(head.gang, product)):
+            return known
+        for k in range(self.next + 1, min(self.next + 1 + WITHIN_NOMINAL_LOOKAHEAD, len(jobs))):
+            job = jobs[k]
+            if min(job.priority, cap) != level:
+                break
+            candidate = self._known(job)
+            if not candidate[0]:
+                jobs.insert(self.next, jobs.pop(k))
+                return candidate
+        return known
+
+
+# how far down its line a team's first job that would not borrow is looked for
+WITHIN_NOMINAL_LOOKAHEAD = 32
 
 _BY_AGE = operator.attrgetter("submitted_at", "id")
 _BY_PRIORITY = operator.attrgetter("priority")

@@ -20,9 +20,17 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from lifecycle_manager.scheduler.backfill import Reservation, Room
 from lifecycle_manager.scheduler.model import PendingJob, RunningJob
 from lifecycle_manager.scheduler.placement import FreeCapacity
-from lifecycle_manager.scheduler.quota import CPUS, Need, QuotaLedger, gpu_key, need_of
+from lifecycle_manager.scheduler.quota import (
+    CPUS,
+    Need,
+    QuotaLedger,
+    gpu_key,
+    idle_quota_kept,
+    need_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +122,23 @@ def plan_room(
     index: RunningIndex,
     shares: Mapping[str, float],
     own_team_only: bool = False,
+    ahead: Reservation | None = None,
+    waiting_for_idle_quota: Mapping[str, tuple[str, int]] | None = None,
 ) -> Plan | None:
     """The fewest, most preferred jobs whose room lets `job` start, or None.
 
     `planned` is the teams' usage once earlier plans of the pass have played out (their
     victims gone); a plan found here is played out in it too: its victims leave it.
+    `ahead` is the reservation of a job ahead of this one in the queue: in the next pass
+    that job goes first, so the victims' room is the job's only where the reservation's
+    head neither starts in it nor counts on it. Planned without it, a job behind the
+    reservation preempted, found the freed room held for the head in the next pass, and
+    its victim started again in the room left: preempted again for the same job, pass
+    after pass. `waiting_for_idle_quota` gives, per GPU resource, (team, need) of the
+    first job ahead to wait for its idle quota: where the victims' going would keep that
+    quota for it, the job may not borrow it.
     """
+    ahead_of_job = _Ahead(ahead, waiting_for_idle_quota or {})
     need = need_of(job.gang, product)
     resource = _resource(job.gang.gpus, product)
     reclaims = planned.accounts[job.team].within_nominal(need)
@@ -133,21 +152,27 @@ def plan_room(
         if not _still_borrowing(candidate, job, resource, planned, index):
             continue
         chosen.append(Victim(candidate, _reason(why, candidate, job, priority)))
-        _release(candidate, free, planned)
-        if _fits(job, product, need, free, planned):
+        _release(candidate, free, planned, ahead_of_job)
+        if ahead_of_job.fits(job, product, need, free, planned):
             break
     else:
         for victim in chosen:
-            _restore(victim.job, free, planned)
+            _restore(victim.job, free, planned, ahead_of_job)
         return None
     # drop the victims the job can do without, the least preferred first
     needed = [chosen[-1]]
     for victim in reversed(chosen[:-1]):
-        _restore(victim.job, free, planned)
-        if not _fits(job, product, need, free, planned):
-            _release(victim.job, free, planned)
+        _restore(victim.job, free, planned, ahead_of_job)
+        if not ahead_of_job.fits(job, product, need, free, planned):
+            _release(victim.job, free, planned, ahead_of_job)
             needed.append(victim)
     needed.reverse()
+    if not _only_borrowed(needed, job, resource, planned, index):
+        for victim in needed:
+            _restore(victim.job, free, planned, ahead_of_job)
+        return None
+    for victim in needed:
+        ahead_of_job.forgive(victim.job, free)  # _hold_free_part counts the victims' whole room
     _hold_free_part(job, product, [v.job for v in needed], free)
     index.taken.update(v.job.id for v in needed)
     index.promised[job.team].update(dict(need))
@@ -273,18 +298,129 @@ def _still_borrowing(
     return _borrows(victim.team, resource, ledger, index)
 
 
+def _only_borrowed(
+    victims: list[Victim], job: PendingJob, resource: str, ledger: QuotaLedger, index: RunningIndex
+) -> bool:
+    """Whether the victims of other teams take back no more than those teams borrow: each
+    is needed to bring its team down to its nominal quota (`ledger` without the victims).
+    Taken one by one while their team still borrowed, two victims could together leave it
+    below its quota, and its next job within that quota reclaimed it in the next pass
+    from the job they were stopped for."""
+    for victim in victims:
+        running = victim.job
+        if running.stopping or running.team == job.team:
+            continue
+        account = ledger.accounts[running.team]
+        used = account.used.get(resource, 0) - index.promised[running.team][resource]
+        amount = dict(need_of(running.gang, running.gpu_product)).get(resource, 0)
+        if used + amount <= account.nominal_of(resource):
+            return False
+    return True
+
+
 def _give_room(job: RunningJob, free: FreeCapacity, sign: int) -> None:
     g, c, m = job.gang.gpus, job.gang.millicpus, job.gang.memory
     for name in job.nodes:
         free.give(free.index[name], sign * g, sign * c, sign * m)
 
 
-def _release(job: RunningJob, free: FreeCapacity, ledger: QuotaLedger) -> None:
+class _Ahead:
+    """What the jobs ahead of the waiting job take of its victims' room and quota in the
+    next pass. The reservation's head: all it needs where it would start in that room,
+    else what it expects running jobs to give back, per node (a victim's room there pays
+    that first; only the rest is the waiting job's). The first job waiting for idle quota
+    of a GPU product: that quota, where the victims' going would keep it for it."""
+
+    def __init__(
+        self, ahead: Reservation | None, waiting_for_idle_quota: Mapping[str, tuple[str, int]]
+    ) -> None:
+        self._ahead = ahead
+        self._waiters = waiting_for_idle_quota
+        expected = ahead.expects if ahead is not None else {}
+        self._owed = {node: list(room) for node, room in expected.items()}
+        self._paid: dict[str, list[tuple[int, Room]]] = {}
+
+    def fits(
+        self,
+        job: PendingJob,
+        product: str | None,
+        need: Need,
+        free: FreeCapacity,
+        ledger: QuotaLedger,
+    ) -> bool:
+        if self._waiters and _borrows_kept(job.team, need, ledger, self._waiters):
+            return False
+        ahead = self._ahead
+        if ahead is None or ahead.gang is None or not self._paid:
+            return _fits(job, product, need, free, ledger)
+        # the room as the next pass finds it: the victims' all free, the holds given back
+        back = [(node, room) for paid in self._paid.values() for node, room in paid]
+        back += list(ahead.holds.items())
+        for node, room in back:
+            free.give(node, *room)
+        head = free.place(ahead.gang, ahead.product)
+        try:
+            if head is not None:
+                return _fits(job, product, need, free, ledger)
+        finally:
+            if head is not None:
+                for name in head.nodes:
+                    gang = ahead.gang
+                    free.give(free.index[name], gang.gpus, gang.millicpus, gang.memory)
+            for node, room in back:
+                free.take(node, *room)
+        return _fits(job, product, need, free, ledger)
+
+    def pay(self, job: RunningJob, free: FreeCapacity) -> None:
+        paid = self._paid.setdefault(job.id, [])
+        for node, room in self._owed.items():
+            learners = job.nodes.count(free.names[node])
+            if not learners:
+                continue
+            given = (
+                min(learners * job.gang.gpus, room[0]),
+                min(learners * job.gang.millicpus, room[1]),
+                min(learners * job.gang.memory, room[2]),
+            )
+            for d in range(3):
+                room[d] -= given[d]
+            free.take(node, *given)
+            paid.append((node, given))
+
+    def forgive(self, job: RunningJob, free: FreeCapacity) -> None:
+        """Give back to the nodes, and owe again, what `job` paid."""
+        for node, given in self._paid.pop(job.id, []):
+            room = self._owed[node]
+            for d in range(3):
+                room[d] += given[d]
+            free.give(node, *given)
+
+
+def _borrows_kept(
+    team: str, need: Need, ledger: QuotaLedger, waiters: Mapping[str, tuple[str, int]]
+) -> bool:
+    """Whether `need` borrows quota that would be kept for another team's waiting job."""
+    account = ledger.accounts[team]
+    for key, amount in need:
+        waiter = waiters.get(key)
+        if (
+            waiter is not None
+            and waiter[0] != team
+            and account.used.get(key, 0) + amount > account.nominal_of(key)
+            and idle_quota_kept(ledger, waiter[0], key, waiter[1])
+        ):
+            return True
+    return False
+
+
+def _release(job: RunningJob, free: FreeCapacity, ledger: QuotaLedger, ahead: _Ahead) -> None:
     _give_room(job, free, 1)
+    ahead.pay(job, free)
     ledger.remove(job.team, need_of(job.gang, job.gpu_product))
 
 
-def _restore(job: RunningJob, free: FreeCapacity, ledger: QuotaLedger) -> None:
+def _restore(job: RunningJob, free: FreeCapacity, ledger: QuotaLedger, ahead: _Ahead) -> None:
+    ahead.forgive(job, free)
     _give_room(job, free, -1)
     ledger.add(job.team, need_of(job.gang, job.gpu_product))
 

@@ -177,6 +177,19 @@ class QuotaLedger:
         return found
 
 
+def idle_quota_kept(ledger: QuotaLedger, team: str, resource: str, need: int) -> bool:
+    """Whether the idle quota of `resource` is kept for a job of `team` needing `need` of
+    it: it is, if what other teams hold within their nominal quotas leaves room for it
+    (what they borrow beyond, they give back to it)."""
+    kept = sum(
+        min(account.used.get(resource, 0), account.nominal_of(resource))
+        for name, account in ledger.accounts.items()
+        if name != team
+    )
+    used = ledger.accounts[team].used.get(resource, 0)
+    return used + need <= ledger.cohort_nominal.get(resource, 0) - kept
+
+
 def products_by_headroom(account: TeamAccount, products: Iterable[str | None]) -> list[str | None]:
     """GPU products in the order a job that names none should try them: most nominal
     quota left first (no borrowing needed), then most room up to the ceiling."""

@@ -57,6 +57,7 @@ from lifecycle_manager.scheduler.quota import (
     QuotaBlock,
     QuotaLedger,
     gpu_key,
+    idle_quota_kept,
     need_of,
     products_by_headroom,
 )
@@ -116,6 +117,10 @@ class _Pass:
         self._running_releases_on: dict[str | None, list[tuple[str, Release]]] = {}
         # per GPU resource: the job (id, team) the idle quota is kept for, see _hold_quota
         self._quota_holds: dict[str, tuple[str, str]] = {}
+        # per GPU resource: (team, need) of the first job to wait for idle quota of it
+        self._idle_quota_waiters: dict[str, tuple[str, int]] = {}
+        # (team, resource) of the jobs that wait at their team's ceiling, see _wait_for_quota
+        self._at_ceiling: set[tuple[str, str]] = set()
         # per team: (priority, reason, estimated start, resource) of its first job waiting
         # for the team's own jobs to give back its nominal quota, see _hold_team_quota
         self._team_holds: dict[str, tuple[int, str, float, str]] = {}
@@ -253,9 +258,17 @@ class _Pass:
     ) -> None:
         facts = shape.facts
         product, block = blocked
-        # past its own ceiling, only the team's own lower-priority jobs can make room
-        if self._make_room(job, facts, priority, product, own_team_only=not block.no_idle_quota):
+        # past its own ceiling, only the team's own lower-priority jobs can make room; not
+        # if a teammate ahead of it waits at that ceiling too: it would take what the
+        # victims give back in the next pass, and the victims would have stopped for nothing
+        own_team_only = not block.no_idle_quota
+        ceiling = (job.team, block.resource)
+        if not (own_team_only and ceiling in self._at_ceiling) and self._make_room(
+            job, facts, priority, product, own_team_only
+        ):
             return
+        if own_team_only:
+            self._at_ceiling.add(ceiling)
         if block.no_idle_quota:
             self._hold_quota(job, block)
             self._hold_team_quota(job, priority, block)
@@ -325,13 +338,8 @@ class _Pass:
         resource = block.resource
         if not resource.startswith("gpus:") or resource in self._quota_holds:
             return
-        ledger = self.ledger
-        kept = sum(
-            min(account.used.get(resource, 0), account.nominal_of(resource))
-            for name, account in ledger.accounts.items()
-            if name != job.team
-        )
-        if block.used + block.need <= ledger.cohort_nominal.get(resource, 0) - kept:
+        self._idle_quota_waiters.setdefault(resource, (job.team, block.need))
+        if idle_quota_kept(self.ledger, job.team, resource, block.need):
             self._quota_holds[resource] = (job.id, job.team)
             self._changes += 1
 
@@ -479,6 +487,7 @@ class _Pass:
         tried.append(job.gang)
         self._room_tries += 1
         self._changes += 1
+        held = self.reservations.get(product)
         plan = plan_room(
             job,
             priority,
@@ -488,6 +497,8 @@ class _Pass:
             self._index,
             self.shares,
             own_team_only,
+            held,
+            self._idle_quota_waiters,
         )
         if plan is None:
             return False
