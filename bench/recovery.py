@@ -38,6 +38,18 @@ moment between two renewals. `scheduler_stall_after_worker_kill_s` (the median; 
 most 5 s) is the kill -> the job's `admitted` event: the dead holder's lease lapsing, the
 waiting worker taking it over and its pass.
 
+Last, `--restart-runs` times, the platform restarts under a training job: a digits job with
+no periodic checkpoint (an interval of an hour, so its stop checkpoint is the only one it
+takes) trains to step 20, the platform is stopped as `dlaas down` stops it
+(`cli.embedded.stop`: the worker, then the learners, whose stop checkpoints the API still
+takes, then the rest) and started again (on a new API port: clients re-read client.json),
+and the job's next attempt prints its first step. `steps_lost_on_platform_restart` (the
+most over the runs; target 0) is the last step learner 1 printed before the platform was
+started again (as the log follower saw it until the API stopped, or the API has it after)
+minus the step that attempt restored (its first step less one). Without the stop
+checkpoint every step would be lost: with the learners stopped after the API, a small run
+lost 130 of 130.
+
 Run from the repository root: `python -m bench.recovery` (a few minutes). The last line is
 the FINAL line, one JSON object `{"bench": "recovery", ...}`. The platform is always stopped.
 """
@@ -56,6 +68,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,7 +81,7 @@ from bench._lease_holder import HELD
 from bench._small import parse_with_small
 from cli import embedded
 from cli.archive import zip_directory
-from cli.client import DlaasClient
+from cli.client import DlaasClient, DlaasConnectionError
 from lifecycle_manager.glue.scheduler_lease import RENEW_EVERY_S
 from tests.chaos import processes
 from tests.stop_on_signals import unwind_on_stopping_signals
@@ -76,10 +89,14 @@ from tests.stop_on_signals import unwind_on_stopping_signals
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits"
 TARGET_RECOVERY_P50_S = 3.0
 TARGET_SCHEDULER_STALL_S = 5.0
+TARGET_STEPS_LOST_ON_PLATFORM_RESTART = 0
 KILLS_REQUIRED = 10  # the figures count only over at least this many kills
 FINAL = frozenset({"COMPLETED", "FAILED", "HALTED"})
 RESUME = re.compile(r"^\[dlaas\] learner 1 resumes from checkpoint ckpt-(\d+)$")
 STEP = re.compile(r"^step (\d+) ")
+NO_PERIODIC_S = 3600.0  # the platform-restart job's interval: its stop checkpoint is its only one
+STEPS_BEFORE_DOWN = 20
+RESTART_JOB_STEPS = 2000  # far more than it trains: it is deleted once it trains again
 # A job that only has to be admitted: one learner, a tenth of a CPU, sleeping.
 STALL_MANIFEST = (
     "name: scheduler-stall\nlearners: 1\ncpus: 0.1\nmemory: 64Mi\n"
@@ -107,11 +124,14 @@ class LogFollower:
         threading.Thread(target=self._follow, name="log-follower", daemon=True).start()
 
     def _follow(self) -> None:
-        for event in self.client.iter_log_events(self.job_id, follow=True):
-            if event["event"] == "line" and event.get("time") is not None:
-                line = Line(float(event["time"]), int(event["learner"]), str(event["line"]))
-                with self.lock:
-                    self.lines.append(line)
+        try:
+            for event in self.client.iter_log_events(self.job_id, follow=True):
+                if event["event"] == "line" and event.get("time") is not None:
+                    line = Line(float(event["time"]), int(event["learner"]), str(event["line"]))
+                    with self.lock:
+                        self.lines.append(line)
+        except (DlaasConnectionError, RuntimeError):
+            return  # the platform went down, or the client was closed: the lines so far
 
     def chief(self) -> list[Line]:
         with self.lock:
@@ -213,14 +233,26 @@ class Bench:
         return Kill(at, mode, learner, attempt)
 
 
-def manifest(directory: Path, args: argparse.Namespace) -> Path:
+def manifest(
+    directory: Path,
+    args: argparse.Namespace,
+    *,
+    name: str = "digits-recovery",
+    steps: int | None = None,
+    interval_s: float | None = None,
+) -> Path:
+    """The digits example's manifest with the benchmark's pace and restarts, `steps` steps
+    (default `--steps`) and a checkpoint every `interval_s` (default `--interval`) seconds."""
+    interval = args.interval if interval_s is None else interval_s
     text = (EXAMPLE / "manifest.yml").read_text()
-    flags = f"--seed 0 --epochs 100 --max-steps {args.steps} --step-delay {args.step_delay}"
+    flags = (
+        f"--seed 0 --epochs 100 --max-steps {steps or args.steps} --step-delay {args.step_delay}"
+    )
     text = text.replace("--epochs 12 --seed 0", flags)
-    text = text.replace("interval_s: 3", f"interval_s: {args.interval}")
+    text = text.replace("interval_s: 3", f"interval_s: {interval}")
     text = text.replace("max_restarts: 3", f"max_restarts: {args.kills + 5}")
-    assert flags in text and f"interval_s: {args.interval}" in text
-    path = directory / "digits-recovery.yml"
+    assert flags in text and f"interval_s: {interval}" in text
+    path = directory / f"{name}.yml"
     path.write_text(text)
     return path
 
@@ -353,6 +385,123 @@ def stall_figures(stalls: list[float]) -> dict[str, Any]:
     }
 
 
+def client_of(home: Path) -> DlaasClient:
+    """A client of the platform running from `home`, at the URL `start` last wrote: the API's
+    port may differ after each start."""
+    said = json.loads((home / "client.json").read_text())
+    return DlaasClient(str(said["url"]), str(said["token"]))
+
+
+def submit_digits(client: DlaasClient, manifest_path: Path) -> str:
+    archive = zip_directory(EXAMPLE / "model")
+    try:
+        return str(client.submit_job(manifest_path, archive)["id"])
+    finally:
+        archive.unlink()
+
+
+def chief_lines(client: DlaasClient, job_id: str) -> list[Line]:
+    """Learner 1's log so far, as the API has it."""
+    return [
+        Line(float(e["time"]), 1, str(e["line"]))
+        for e in client.iter_log_events(job_id, learner=1)
+        if e["event"] == "line" and e.get("time") is not None and int(e["learner"]) == 1
+    ]
+
+
+def steps_of(lines: list[Line]) -> list[tuple[float, int]]:
+    """(when printed, N) of every `step N` line."""
+    return [(ln.time, int(m.group(1))) for ln in lines if (m := STEP.match(ln.text))]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen in {timeout_s} s")
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One `dlaas down` and `dlaas up` under a training job, as its log shows them."""
+
+    last_step_before: int  # the last step printed before the platform was started again
+    first_step_after: int  # the first step the job's next attempt printed
+    # `embedded.stop`: the learners and their stop checkpoints, then the rest (the API
+    # waits out its 10 s grace for the follower's open stream)
+    down_s: float
+    learners_stopped: bool  # `stop` said it stopped the job's learners
+
+    @property
+    def steps_lost(self) -> int:
+        """Steps trained before the platform went down that the next attempt did again."""
+        return self.last_step_before - (self.first_step_after - 1)
+
+
+def steps_once_trained_again(home: Path, job_id: str, up_at: float) -> list[tuple[float, int]]:
+    """The job's steps as the API has them once its attempt after `up_at` has printed one;
+    the job is then deleted."""
+    with client_of(home) as client:
+        seen: list[tuple[float, int]] = []
+
+        def trained_again() -> bool:
+            if client.get_job(job_id)["state"] in FINAL:
+                raise RuntimeError(f"job {job_id} ended instead of training again")
+            seen[:] = steps_of(chief_lines(client, job_id))
+            return any(t >= up_at for t, _ in seen)
+
+        wait_for(f"job {job_id}'s first step after the platform's restart", trained_again)
+        client.delete_job(job_id)
+    return seen
+
+
+def platform_restart(home: Path, args: argparse.Namespace, index: int) -> Restart:
+    """A digits job with no periodic checkpoint trains a while; the platform is stopped as
+    `dlaas down` does and started again; the job's next attempt prints its first step. The
+    steps before are what the log follower saw until the API stopped and what the API has
+    after the restart: either alone may miss the last lines (the follower those the API no
+    longer took, the API those a lost stop never stored)."""
+    said: list[str] = []
+    with client_of(home) as client:
+        name = f"platform-restart-{index}"
+        job_id = submit_digits(
+            client,
+            manifest(home, args, name=name, steps=RESTART_JOB_STEPS, interval_s=NO_PERIODIC_S),
+        )
+        follower = LogFollower(client, job_id)
+        follower.start()
+        wait_for(
+            f"job {job_id} training to step {STEPS_BEFORE_DOWN}",
+            lambda: any(n >= STEPS_BEFORE_DOWN for _, n in steps_of(follower.chief())),
+        )
+        began = time.monotonic()
+        embedded.stop(home, on_step=said.append)
+        down_s = time.monotonic() - began
+    up_at = time.time()
+    embedded.start(home, api_port=embedded.free_port(), on_step=print)
+    after = steps_once_trained_again(home, job_id, up_at)
+    return Restart(
+        last_step_before=max(n for t, n in steps_of(follower.chief()) + after if t < up_at),
+        first_step_after=next(n for t, n in after if t >= up_at),
+        down_s=down_s,
+        learners_stopped=any(job_id in line for line in said),
+    )
+
+
+def restart_figures(restarts: list[Restart]) -> dict[str, Any]:
+    lost = [r.steps_lost for r in restarts]
+    return {
+        "steps_lost_on_platform_restart": max(lost, default=None),
+        "target_steps_lost_on_platform_restart": TARGET_STEPS_LOST_ON_PLATFORM_RESTART,
+        "platform_restart_runs": len(restarts),
+        "steps_lost_on_platform_restart_runs": lost,
+        "steps_before_platform_down": [r.last_step_before for r in restarts],
+        "platform_down_max_s": rounded(max((r.down_s for r in restarts), default=float("nan"))),
+        "platform_restarts_learners_stopped": sum(r.learners_stopped for r in restarts),
+    }
+
+
 def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
     began = time.monotonic()
     platform = embedded.start(home, api_port=embedded.free_port(), on_step=print)
@@ -360,11 +509,7 @@ def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
     token = json.loads((home / "client.json").read_text())["token"]
     with DlaasClient(platform.url, token) as client:
         client.upload_data("digits-data", "digits.npz", EXAMPLE / "data" / "digits.npz")
-        archive = zip_directory(EXAMPLE / "model")
-        try:
-            job_id = str(client.submit_job(manifest(home, args), archive)["id"])
-        finally:
-            archive.unlink()
+        job_id = submit_digits(client, manifest(home, args))
         print(f"job {job_id}: {args.kills} kills planned", flush=True)
         follower = LogFollower(client, job_id)
         follower.start()
@@ -414,6 +559,16 @@ def run(args: argparse.Namespace, home: Path, figures: dict[str, Any]) -> None:
             stalls.append(scheduler_stall_s(client, platform.redis_url, home, chance))
             print(f"scheduler stall {index + 1}: {stalls[-1]:.3f} s", flush=True)
         figures.update(stall_figures(stalls))
+    restarts = []
+    for index in range(args.restart_runs):
+        restarts.append(platform_restart(home, args, index + 1))
+        done = restarts[-1]
+        print(
+            f"platform restart {index + 1}: step {done.last_step_before} printed before down, "
+            f"step {done.first_step_after} first after up: {done.steps_lost} steps lost",
+            flush=True,
+        )
+    figures.update(restart_figures(restarts))
 
 
 def check_kills(figures: dict[str, Any]) -> None:
@@ -441,7 +596,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--stall-runs", type=int, default=5, help="scheduling workers killed mid-pass"
     )
-    return parse_with_small(parser, {"kills": 2, "steps": 150, "interval": 0.5, "stall_runs": 1})
+    parser.add_argument(
+        "--restart-runs", type=int, default=3, help="platform restarts under a training job"
+    )
+    small = {"kills": 2, "steps": 150, "interval": 0.5, "stall_runs": 1, "restart_runs": 1}
+    return parse_with_small(parser, small)
 
 
 def main() -> None:
