@@ -5,11 +5,14 @@ monitor scaled to 0 and waited for. It uses exactly what the chart's hook RBAC g
 
 The test plays the cluster's part: a held pod (a finalizer of the test's) stays, terminating,
 after its deletion until the test lets it go, as a pod within its grace period does; the test
-deletes a scaled Deployment's pods, as its controller would.
+deletes a scaled Deployment's pods, as its controller would. Then, with the lifecycle
+manager on the emulator: a job whose learner the hook stopped is recorded as interrupted,
+and the next install's reconcile resumes it without using a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,8 +25,22 @@ from lifecycle_manager.backends.kubernetes.client import Caller
 from lifecycle_manager.backends.kubernetes.manifests import job_labels
 from lifecycle_manager.backends.kubernetes.shutdown import Plan, Report, Shutdown
 from lifecycle_manager.decisions.shutdown_order import Stage
+from lifecycle_manager.glue import operations
+from lifecycle_manager.glue.context import Context
+from lifecycle_manager.glue.reconcile import reconcile
+from storage import jobs as repo
+from storage.exit_reports import ExitReport
+from storage.job_states import JobState
+from tests.integration import kube_harness
+from tests.integration.kube_harness import core_api, follow, load, make_job, pod_watcher, pods_of
+from tests.integration.test_lifecycle_harness import eventually
 from tests.kube import rbac
 from tests.kube.emulator import RunningEmulator, running_emulator
+from tests.kube.kubelet import Kubelet
+
+emulator = kube_harness.emulator
+namespace = kube_harness.namespace
+kube_ctx = kube_harness.kube_ctx
 
 RELEASE_NS = "dlaas-system"
 LEARNERS_NS = "dlaas-learners"
@@ -95,6 +112,26 @@ class Cluster:
             if p["metadata"].get("deletionTimestamp")
         }
 
+    def hooks_requests(self) -> list[Any]:
+        served = self.emulator.call(lambda: list(self.emulator.emulator))
+        return [
+            r
+            for r in served
+            if r.resource is not None and r.headers.get("User-Agent") != TEST_AGENT
+        ]
+
+    def listed_after_scaling(self, deployment: str) -> bool:
+        """Whether the hook listed the release's pods since it scaled `deployment` to 0: it
+        has seen that Deployment's pods."""
+        requests = self.hooks_requests()
+        scaled = [
+            i for i, r in enumerate(requests) if r.subresource == "scale" and r.name == deployment
+        ]
+        return bool(scaled) and any(
+            r.action.value.lower() == "list" and r.namespace == RELEASE_NS
+            for r in requests[scaled[0] + 1 :]
+        )
+
     def replicas(self, name: str) -> int:
         [found] = [
             d
@@ -151,6 +188,7 @@ def test_learners_stop_after_the_workers_and_are_waited_for_before_the_monitor(
     with ThreadPoolExecutor(1) as pool:
         hook = start_hook(cluster, pool, said)
         until(lambda: cluster.replicas("dlaas-worker") == 0, "the workers scaled to 0")
+        until(lambda: cluster.listed_after_scaling("dlaas-worker"), "the workers' pods listed")
         # The workers' controller deletes their pods; each finishes its task first.
         for name in ("dlaas-worker-1", "dlaas-worker-2"):
             cluster.core.delete_namespaced_pod(name, RELEASE_NS)
@@ -167,6 +205,7 @@ def test_learners_stop_after_the_workers_and_are_waited_for_before_the_monitor(
             cluster.let_go(LEARNERS_NS, name)
 
         until(lambda: cluster.replicas("dlaas-monitor") == 0, "the monitor scaled to 0")
+        until(lambda: cluster.listed_after_scaling("dlaas-monitor"), "the monitor's pod listed")
         cluster.core.delete_namespaced_pod("dlaas-monitor-1", RELEASE_NS)
         assert not hook.done()
         cluster.let_go(RELEASE_NS, "dlaas-monitor-1")
@@ -186,10 +225,7 @@ def test_learners_stop_after_the_workers_and_are_waited_for_before_the_monitor(
     assert set(cluster.pods(LEARNERS_NS)) == {"dlaas-j3-learner-1-a1", "someone-elses"}
     assert not cluster.terminating(LEARNERS_NS)
 
-    hooks = [r for r in cluster.emulator.call(lambda: list(cluster.emulator.emulator))]
-    hooks = [
-        r for r in hooks if r.resource is not None and r.headers.get("User-Agent") != TEST_AGENT
-    ]
+    hooks = cluster.hooks_requests()
     deletes = [r for r in hooks if r.action.value.lower() == "delete"]
     # The pods' own grace period: the hook gives none of its own.
     assert deletes and all("gracePeriodSeconds" not in (r.data or {}) for r in deletes)
@@ -233,3 +269,72 @@ def test_when_time_runs_out_it_says_what_it_waited_for_and_lets_helm_go_on(
     assert cluster.replicas("dlaas-worker") == 0
     assert cluster.replicas("dlaas-monitor") == 1  # not reached: Helm deletes it
     assert "gave up after 5 s waiting for the learners" in said[-1]
+
+
+async def test_a_job_whose_learners_the_hook_stopped_resumes_at_the_next_install_without_a_restart(
+    kube_ctx: Context, emulator: RunningEmulator, namespace: str
+) -> None:
+    lost: list[str] = []
+
+    async def no_worker_takes_it(job_id: str, delay_s: float) -> None:
+        lost.append(job_id)  # the workers are scaled to 0: the task goes with Redis
+
+    kube_ctx.schedule_recovery = no_worker_takes_it
+    job_id = await make_job(kube_ctx, "python train.py", restart_policy={"max_restarts": 0})
+    await operations.deploy_job(kube_ctx, job_id)
+    [pod] = pods_of(emulator, namespace, job_id)
+    name = pod["metadata"]["name"]
+    core = core_api(emulator.url)
+    # As on a real node, the deleted pod stays until its containers ended.
+    core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": [HOLD]}})
+    plan = Plan(**{**PLAN.__dict__, "namespace": "dlaas-system", "learners_namespace": namespace})
+    calls = Caller(client.ApiClient(client.Configuration(host=emulator.url)), timeout=2.0)
+    said: list[str] = []
+    with Kubelet(emulator.url, namespace, hold=True) as kubelet:
+        async with pod_watcher(kube_ctx):
+            kubelet.bind(name)
+            kubelet.start(name)
+
+            async def running() -> bool:
+                return (await load(kube_ctx, job_id)).state in (
+                    JobState.DOWNLOADING,
+                    JobState.RUNNING,
+                )
+
+            await follow(kube_ctx, running)
+            hook = asyncio.create_task(
+                asyncio.to_thread(Shutdown(calls, plan, poll_s=0.02, say=said.append).run)
+            )
+
+            async def deleted() -> bool:
+                pods = pods_of(emulator, namespace, job_id)
+                return bool(pods and pods[0]["metadata"].get("deletionTimestamp"))
+
+            await eventually(deleted, what="the hook to delete the learner pod")
+            assert not hook.done()  # its containers run still: the hook waits for them
+            # SIGTERM: the runner stores its checkpoint, and its exit report says it was
+            # told to stop.
+            report = ExitReport(143, "SIGTERM", "stopped by SIGTERM", stopped=True)
+            kubelet.finish(name, 143, message=report.to_json())
+
+            async def interrupted() -> bool:
+                return (await load(kube_ctx, job_id)).state == JobState.RECOVERING
+
+            await follow(kube_ctx, interrupted, what="the job recorded as interrupted")
+            # Nothing runs in the pod any more: the hook is done with it.
+            done = await asyncio.wait_for(hook, 15)
+            core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": []}})
+    calls.close()
+    assert done.stopped[Stage.LEARNERS] == [name] and done.timed_out is None
+    assert lost == [job_id]
+    job = await load(kube_ctx, job_id)
+    assert job.restarts == 0
+
+    # The next install's reconcile finds the job RECOVERING, its task lost, and resumes it.
+    await reconcile(kube_ctx)
+    job = await load(kube_ctx, job_id)
+    assert (job.state, job.attempt, job.restarts) == (JobState.DEPLOYING, 2, 0)
+    async with kube_ctx.sessions() as session:
+        [restart] = await repo.events_of_kind(session, job_id, "restart")
+    assert restart.detail["failure"]["cause"] == "interrupted"
+    assert "an interruption uses no restart" in restart.reason
