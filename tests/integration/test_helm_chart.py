@@ -812,6 +812,17 @@ def test_the_shutdown_hook_may_do_what_it_does_and_no_more(
     assert not [key for key in objects if key[0] == "ClusterRoleBinding" and SHUTDOWN in key[1]]
 
 
+def test_a_shutdown_timeout_shorter_than_stopping_takes_fails_rendering_naming_it(
+    helm: Any,
+) -> None:
+    values = {"learners": {"stopGraceSeconds": 200}, "shutdown": {"timeoutSeconds": 240}}
+    why = refusal(helm, merged(SECRETS, values))
+    assert "shutdown.timeoutSeconds (240) must exceed the 290 s" in why
+    assert "learners.stopGraceSeconds (200)" in why
+    values["shutdown"]["timeoutSeconds"] = 300
+    assert render(helm, merged(SECRETS, values))
+
+
 def test_the_shutdown_hook_may_be_turned_off(helm: Any) -> None:
     objects = render(helm, merged(SECRETS, {"shutdown": {"enabled": False}}))
     assert not [obj for obj in objects if is_hook(obj)]
