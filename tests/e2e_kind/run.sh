@@ -60,7 +60,12 @@ def merged(a, b):
 values = merged(yaml.safe_load(open("tests/e2e_kind/values-kind.yaml")),
                 yaml.safe_load(open(sys.argv[2])))
 rendered = chart.Chart.load("helm/dlaas").render(values, name="dlaas", namespace=sys.argv[1])
-print("\n---\n".join(text for path, text in sorted(rendered.items()) if not path.endswith(".txt")))
+# Hooks are Helm's to run when their event comes (the shutdown Job at `helm uninstall`):
+# applied now, it would stop the platform it was installed with.
+objects = [obj for path, text in sorted(rendered.items()) if not path.endswith(".txt")
+           for obj in yaml.safe_load_all(text)
+           if obj and "helm.sh/hook" not in (obj["metadata"].get("annotations") or {})]
+print(yaml.safe_dump_all(objects, sort_keys=False))
 PY
 fi
 for deployment in api worker beat monitor pod-watcher; do

@@ -2,7 +2,9 @@
 and with a fixed-size control plane, valid for Kubernetes 1.30 and 1.37 (strict); the
 settings it wires are dlaas's. It ships no secret: without strong ones given, it refuses to
 render and names the fix. Its autoscalers scale the API on CPU and the workers on the queue
-gauge the API serves; its disruption budgets never hold a drain."""
+gauge the API serves; its disruption budgets never hold a drain. `helm uninstall` first runs
+its shutdown hook, which stops the workers, the learners and the monitor in that order with
+no more rights than that takes."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import yaml
 
 from api.routes import system
 from cli.secrets import KNOWN_DEFAULTS
+from lifecycle_manager.backends.kubernetes import shutdown
+from lifecycle_manager.decisions.shutdown_order import selects
 from storage.settings import Settings
 from tests.heartbeat_probe import (
     assert_beat_refreshes_its_heartbeat,
@@ -186,6 +190,10 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
     return {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
 
 
+def is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
 @pytest.mark.parametrize(
     "values",
     [SECRETS, merged(SECRETS, FULL_VALUES), EXTERNAL_VALUES, merged(SECRETS, FIXED_VALUES)],
@@ -216,7 +224,7 @@ def test_every_distinct_object_validates_strictly(
                 except kubernetes_validate.ValidationError as error:
                     failures.append(f"{obj['kind']} {obj['metadata']['name']} ({version}): {error}")
     assert not failures, "\n".join(failures)
-    assert {"Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= kinds
+    assert {"Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job"} <= kinds
 
 
 def test_the_default_release_has_every_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -358,12 +366,13 @@ def test_only_the_lifecycle_manager_may_act_in_the_cluster(
     pod = objects[("Deployment", api)]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == api and pod["automountServiceAccountToken"] is False
     bound = [
-        subject["name"]
+        (subject["name"], is_hook(obj))
         for obj in objects.values()
         if obj["kind"] in ("RoleBinding", "ClusterRoleBinding")
         for subject in obj["subjects"]
     ]
-    assert bound and set(bound) == {lifecycle}
+    # Besides, while `helm uninstall` runs, its shutdown hook (see the shutdown tests below).
+    assert bound and set(bound) == {(lifecycle, False), (f"{RELEASE}-shutdown", True)}
 
 
 def test_the_bundled_stores_take_connections_only_from_dlaas_pods(
@@ -710,3 +719,110 @@ def test_external_s3_through_workload_identity_needs_no_static_keys(helm: Any) -
         assert annotations == role, account
     message = refusal(helm, merged(SECRETS, {"s3": {"workloadIdentity": role}}))
     assert "s3.workloadIdentity is for an external S3 store" in message
+
+
+SHUTDOWN = f"{RELEASE}-shutdown"
+
+
+@pytest.mark.parametrize("rendering", ["default", "full", "external", "fixed"])
+def test_uninstall_first_stops_the_workers_the_learners_and_the_monitor(
+    rendered: dict[str, list[dict[str, Any]]], rendering: str
+) -> None:
+    objects = by_kind(rendered[rendering])
+    hooks = {key: obj for key, obj in objects.items() if is_hook(obj)}
+    assert set(hooks) == {
+        ("ServiceAccount", SHUTDOWN),
+        ("Role", SHUTDOWN),
+        ("RoleBinding", SHUTDOWN),
+        ("Role", f"{SHUTDOWN}-learners"),
+        ("RoleBinding", f"{SHUTDOWN}-learners"),
+        ("Job", SHUTDOWN),
+    }
+    weights = {}
+    for key, obj in hooks.items():
+        annotations = obj["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"  # before Helm deletes anything
+        assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {
+            "before-hook-creation",
+            "hook-succeeded",
+        }
+        weights[key] = int(annotations["helm.sh/hook-weight"])
+    # Its account and rights are made before the Job and exist only while the hook runs.
+    assert all(weights[key] < weights[("Job", SHUTDOWN)] for key in weights if key[0] != "Job")
+
+    job = hooks[("Job", SHUTDOWN)]["spec"]
+    pod = job["template"]["spec"]
+    assert pod["serviceAccountName"] == SHUTDOWN and pod["restartPolicy"] == "Never"
+    [container] = pod["containers"]
+    assert container["image"] == "dlaas-lifecycle-manager:0.1.0"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "envFrom" not in container  # no credentials: it talks to the Kubernetes API only
+    command = container["command"]
+    assert command[:3] == ["python", "-m", "lifecycle_manager.backends.kubernetes.shutdown"]
+    plan = shutdown.parse_args(command[3:])  # the hook's own parser takes what it is given
+    # It scales the release's own worker and monitor Deployments and waits for their pods,
+    # and stops the learners where the lifecycle manager creates them.
+    for name, selector in [
+        (plan.worker, plan.worker_selector),
+        (plan.monitor, plan.monitor_selector),
+    ]:
+        deployment = objects[("Deployment", name)]
+        assert selector == deployment["spec"]["selector"]["matchLabels"]
+        assert selects(selector, deployment["spec"]["template"]["metadata"]["labels"])
+    assert plan.worker == f"{RELEASE}-worker" and plan.monitor == f"{RELEASE}-monitor"
+    assert plan.namespace == NAMESPACE
+    config = objects[("ConfigMap", RELEASE)]["data"]
+    assert plan.learners_namespace == config["DLAAS_KUBE_NAMESPACE"]
+    # Bounded: the learners' grace fits in it, and it in `helm uninstall`'s default 5 minutes.
+    assert int(config["DLAAS_KUBE_STOP_GRACE_S"]) < plan.timeout_s
+    assert plan.timeout_s < job["activeDeadlineSeconds"] <= 300
+
+
+def test_the_shutdown_hook_may_do_what_it_does_and_no_more(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = by_kind(rendered["full"])
+
+    def granted(role: dict[str, Any]) -> dict[str, set[str]]:
+        return {
+            resource: set(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]
+        }
+
+    release = objects[("Role", SHUTDOWN)]
+    assert release["metadata"].get("namespace", NAMESPACE) == NAMESPACE
+    assert granted(release) == rbac.SHUTDOWN
+    # It may scale the worker and the monitor Deployments only, and change nothing else.
+    [scale] = [rule for rule in release["rules"] if rule["resources"] == ["deployments/scale"]]
+    assert scale["apiGroups"] == ["apps"]
+    assert set(scale["resourceNames"]) == {f"{RELEASE}-worker", f"{RELEASE}-monitor"}
+    learners = objects[("Role", f"{SHUTDOWN}-learners")]
+    assert learners["metadata"]["namespace"] == "dlaas-learners"
+    assert granted(learners) == rbac.SHUTDOWN_LEARNERS
+    for name, namespace in [(SHUTDOWN, NAMESPACE), (f"{SHUTDOWN}-learners", "dlaas-learners")]:
+        binding = objects[("RoleBinding", name)]
+        assert binding["metadata"].get("namespace", NAMESPACE) == namespace
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": name,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": SHUTDOWN, "namespace": NAMESPACE}
+        ]
+    assert not [key for key in objects if key[0] == "ClusterRoleBinding" and SHUTDOWN in key[1]]
+
+
+def test_a_shutdown_timeout_shorter_than_stopping_takes_fails_rendering_naming_it(
+    helm: Any,
+) -> None:
+    values = {"learners": {"stopGraceSeconds": 200}, "shutdown": {"timeoutSeconds": 240}}
+    why = refusal(helm, merged(SECRETS, values))
+    assert "shutdown.timeoutSeconds (240) must exceed the 290 s" in why
+    assert "learners.stopGraceSeconds (200)" in why
+    values["shutdown"]["timeoutSeconds"] = 300
+    assert render(helm, merged(SECRETS, values))
+
+
+def test_the_shutdown_hook_may_be_turned_off(helm: Any) -> None:
+    objects = render(helm, merged(SECRETS, {"shutdown": {"enabled": False}}))
+    assert not [obj for obj in objects if is_hook(obj)]

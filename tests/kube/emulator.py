@@ -9,8 +9,8 @@ create, a new `resourceVersion` on every change, `status.phase: Pending` for a n
 `metadata.namespace` from the URL (kmock's watch only sees objects whose body has one).
 `expire_watches()` ends the open watches with 410 Gone, as a real server does when a
 resourceVersion is too old; `refuse(name)` fails the next create of an object before it is
-stored (a kmock reaction fails a request after the object was stored). The core resources
-dlaas uses are declared.
+stored (a kmock reaction fails a request after the object was stored). The resources dlaas
+uses are declared: the core ones, and Deployments (the chart's shutdown hook scales them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,15 @@ from typing import Any
 import kmock
 from kmock._internal import enums
 
-RESOURCES = ("v1/pods", "v1/services", "v1/secrets", "v1/nodes", "v1/events", "v1/configmaps")
+RESOURCES = (
+    "v1/pods",
+    "v1/services",
+    "v1/secrets",
+    "v1/nodes",
+    "v1/events",
+    "v1/configmaps",
+    "apps/v1/deployments",
+)
 GONE_EVENT = {
     "type": "ERROR",
     "object": {

@@ -1,5 +1,7 @@
 """What the kubernetes backend and the pod watcher may do, as the chart's RBAC grants it:
-verbs per resource, in the learners' namespace and cluster-wide (gang admission)."""
+verbs per resource, in the learners' namespace and cluster-wide (gang admission); and what
+the shutdown hook `helm uninstall` runs first may do, in the release's namespace (scale the
+workers and the monitor, see their pods go) and in the learners' (stop the learner pods)."""
 
 from __future__ import annotations
 
@@ -10,3 +12,5 @@ NAMESPACED = {
     "networkpolicies": {"create", "delete"},
 }
 CLUSTER_WIDE = {"nodes": {"list"}, "pods": {"list"}}
+SHUTDOWN = {"deployments/scale": {"patch"}, "pods": {"list"}}
+SHUTDOWN_LEARNERS = {"pods": {"delete", "list"}}

@@ -190,3 +190,11 @@ change-me-admin-token change-me-postgres change-me-s3-secret dlaas dlaas-secret 
 {{- required "s3.endpoint is required when s3.enabled is false" .Values.s3.endpoint -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The annotations of the shutdown hook's objects, given their weight: made when
+`helm uninstall` begins, deleted once it ran (a failed Job stays for its log until the next). */}}
+{{- define "dlaas.shutdownHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}

@@ -8,6 +8,9 @@
 - `watch`: the list-then-watch loop the pod watcher runs
 - `pod_watcher`: that process (`python -m lifecycle_manager.backends.kubernetes.pod_watcher`),
   which feeds what it sees to the monitor and the job rows
+- `shutdown`: the chart's pre-delete hook
+  (`python -m lifecycle_manager.backends.kubernetes.shutdown`), which stops the workers, then
+  the learners, then the monitor before Helm deletes the rest
 """
 
 from lifecycle_manager.backends.kubernetes.backend import KubernetesBackend
