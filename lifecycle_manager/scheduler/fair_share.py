@@ -135,25 +135,37 @@ class _TeamLine:
         the team's nominal quota of something) the first of the next few jobs of its
         priority that would not borrow: keyed by the borrower, the team's guaranteed job
         waited behind every other team's borrowers, and one of them took the room the
-        team's reclaim had freed. Only among equals: a teammate of lower priority that
-        went first could be preempted by the borrower for the room it took. And not
-        ahead of a head the team's own jobs keep from its quota: that one goes first,
-        or the team's small jobs would starve it."""
+        team's reclaim had freed. A teammate of lower priority only if it runs on other
+        resources than the borrower (another GPU product, or GPUs against none): one on
+        the same could be preempted by the borrower for the room it took. And not ahead
+        of a head the team's own jobs keep from its quota: that one goes first, or the
+        team's small jobs would starve it."""
         jobs, cap = self.jobs, self.cap
         level = min(head.priority, cap)
         nominal = self.account.nominal
         product = head.gang.gpu_product or self.default_product
         if all(amount <= nominal.get(key, 0) for key, amount in need_of(head.gang, product)):
             return known
+        takes_from = _victims_resource(head)
         for k in range(self.next + 1, min(self.next + 1 + WITHIN_NOMINAL_LOOKAHEAD, len(jobs))):
             job = jobs[k]
             if min(job.priority, cap) != level:
-                break
+                resource = _victims_resource(job)
+                if takes_from is None or resource is None or resource == takes_from:
+                    continue
             candidate = self._known(job)
             if not candidate[0]:
                 jobs.insert(self.next, jobs.pop(k))
                 return candidate
         return known
+
+
+def _victims_resource(job: PendingJob) -> str | None:
+    """The resource whose running jobs `job` may preempt (see preemption.py): its GPU
+    product, CPUs if it needs no GPUs; None if it may run on any product."""
+    if not job.gang.gpus:
+        return CPUS
+    return gpu_key(job.gang.gpu_product) if job.gang.gpu_product is not None else None
 
 
 # how far down its line a team's first job that would not borrow is looked for
