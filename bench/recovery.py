@@ -429,7 +429,7 @@ class Restart:
     last_step_before: int  # the last step printed before the platform was started again
     first_step_after: int  # the first step the job's next attempt printed
     # `embedded.stop`: the learners and their stop checkpoints, then the rest (the API
-    # waits out its 10 s grace for the follower's open stream)
+    # closes the follower's open stream after its shutdown grace)
     down_s: float
     learners_stopped: bool  # `stop` said it stopped the job's learners
 

@@ -65,6 +65,7 @@ class HttpLimits:
     body_timeout_s: float
     per_address: int
     total: int
+    shutdown_grace_s: int = 8
 
     @classmethod
     def of_process(cls, settings: Settings) -> HttpLimits:
@@ -74,6 +75,7 @@ class HttpLimits:
             header_timeout_s=settings.http_header_timeout_s,
             body_timeout_s=settings.http_body_timeout_s,
             per_address=settings.http_max_connections_per_address,
+            shutdown_grace_s=settings.http_shutdown_grace_s,
             total=total_connection_cap(
                 fd_limit, settings.http_fd_headroom, settings.http_max_connections
             ),
@@ -294,4 +296,5 @@ def serve(
         # The kernel keeps at most net.core.somaxconn: a burst of connections waits there
         # rather than having its SYNs dropped (retried only after a second).
         backlog=LISTEN_BACKLOG,
+        timeout_graceful_shutdown=limits.shutdown_grace_s,
     )

@@ -104,6 +104,11 @@ class Settings(BaseSettings):
     # `http_fd_headroom` files kept for the database, Redis and files; at that cap the
     # connection that has waited longest for a request head makes room for a new one.
     # `http_max_connections` lowers the total cap (0: as the open-file limit allows).
+    # On SIGTERM, requests still open get `http_shutdown_grace_s` to end before they are
+    # closed: a followed log or event stream never ends of itself and held the server
+    # until it was killed (`dlaas down` waited out its whole 10 s); its clients resume
+    # from the last event id, and a learner's cut upload is sent again at its next poll.
+    http_shutdown_grace_s: int = Field(default=8, ge=0)
     http_header_timeout_s: float = Field(default=10.0, gt=0)
     http_body_timeout_s: float = Field(default=30.0, gt=0)
     http_max_connections_per_address: int = Field(default=256, ge=1)
