@@ -277,6 +277,9 @@ def service_command(
         ]  # fmt: skip
     elif name == "api":
         argv = [python, "-m", "api", "--port", str(_port(platform.url))]
+        # `stop` ends the learners, and so their uploads, before the API: what is still
+        # open then is followed logs, which need no longer grace
+        env.setdefault("DLAAS_HTTP_SHUTDOWN_GRACE_S", EMBEDDED_API_SHUTDOWN_GRACE_S)
     elif name == "worker":
         argv = [python, "-m", "lifecycle_manager.entrypoints.worker"]
     elif name == "monitor":
@@ -297,6 +300,9 @@ def service_settings(platform: Platform, name: str, *, token: str) -> dict[str, 
     if name == "api":
         secret["admin_token"] = token
     return secret
+
+
+EMBEDDED_API_SHUTDOWN_GRACE_S = "1"
 
 
 def settings_path(platform: Platform, name: str) -> Path:
