@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lifecycle_manager.scheduler.model import Gang, Quota, RunningJob, Team
@@ -101,6 +101,11 @@ class QuotaLedger:
             for key, value in account.nominal.items():
                 self.cohort_nominal[key] = self.cohort_nominal.get(key, 0) + value
         self.cohort_used: dict[str, float] = {}
+        # per team and resource: what its claiming jobs need, see `claim`
+        self.claims: dict[str, dict[str, float]] = {}
+        # the cluster's amount of each resource: borrowing past what it has beside the
+        # claims would take the claimed room itself
+        self.capacity: Mapping[str, float] = {}
         used: dict[str, dict[str, int]] = {}  # per team, summed before it is added
         for job in running:
             if job.team in self.accounts:
@@ -138,9 +143,12 @@ class QuotaLedger:
             limit = ceiling.get(key, 0)
             # the ceiling is never below the nominal quota, so past it means borrowing
             # beyond the limit; the cohort's total stops a team borrowing what no one lent
-            if after > limit or self.cohort_used.get(key, 0) + amount > self.cohort_nominal.get(
-                key, 0
-            ):
+            cohort = self.cohort_used.get(key, 0) + amount
+            lendable = self.cohort_nominal.get(key, 0)
+            if self.claims and after > account.nominal.get(key, 0):
+                cohort += self._claimed_by_others(team, key)
+                lendable = min(lendable, self.capacity.get(key, lendable))
+            if after > limit or cohort > lendable:
                 return QuotaBlock(
                     team,
                     key,
@@ -151,6 +159,25 @@ class QuotaLedger:
                     no_idle_quota=after <= limit,
                 )
         return None
+
+    def claim(self, team: str, need: Need) -> None:
+        """Keep from other teams' borrowing what of `need` the team's nominal quota holds
+        and the team leaves unused (however much it uses now: a plan that frees some
+        weighs the claim on what is left), for a job of the team that waits."""
+        nominal = self.accounts[team].nominal
+        claims = self.claims.setdefault(team, {})
+        for key, amount in need:
+            if amount <= nominal.get(key, 0):
+                claims[key] = claims.get(key, 0) + amount
+
+    def _claimed_by_others(self, team: str, key: str) -> float:
+        kept = 0.0
+        for name, claims in self.claims.items():
+            claimed = claims.get(key)
+            if claimed and name != team:
+                account = self.accounts[name]
+                kept += max(0.0, min(claimed, account.nominal_of(key) - account.used.get(key, 0)))
+        return kept
 
     def beyond_ceiling(self, team: str, need: Need) -> str | None:
         """The resource `need` alone exceeds the team's ceiling in (it can never run)."""

@@ -144,6 +144,7 @@ class _Pass:
                 self.refusals.append(Refusal(job.id, *shape.never))
                 continue
             queued.append(job)
+        self._claim_for_hidden_owners(queued, shape_of)
         self.shares = {
             name: dominant_share(account.used, self.totals) / account.team.weight
             for name, account in self.ledger.accounts.items()
@@ -163,6 +164,43 @@ class _Pass:
             self._waiting_with_estimates(),
             tuple(self.refusals),
         )
+
+    def _claim_for_hidden_owners(
+        self, queued: list[PendingJob], shape_of: dict[str, TeamShape]
+    ) -> None:
+        """Claim the quota of a team's jobs within its nominal quota that queue behind a
+        teammate of higher priority that can only borrow, on the same resource (it may
+        not go ahead of that one, see fair_share): another team's borrower that came
+        between took the room such a job had just reclaimed, and was preempted for it
+        again, pass after pass. Other teams may not borrow that quota while it waits."""
+        ledger = self.ledger
+        borrower_priority: dict[tuple[str, str], int] = {}
+        owners: list[tuple[PendingJob, str, Need, int]] = []
+        for job in queued:
+            gang = job.gang
+            account = ledger.accounts[job.team]
+            product = gang.gpu_product
+            if gang.gpus and product is None:
+                # one that names no product where its team has most quota left
+                products = shape_of[job.id].facts.products
+                if not products:
+                    continue
+                product = products_by_headroom(account, products)[0]
+            resource = gpu_key(product) if gang.gpus else CPUS
+            need = need_of(gang, product)
+            priority = min(job.priority, account.team.max_priority)
+            nominal = account.nominal
+            if any(amount > nominal.get(key, 0) for key, amount in need):
+                key = (job.team, resource)
+                borrower_priority[key] = max(priority, borrower_priority.get(key, priority))
+            else:
+                owners.append((job, resource, need, priority))
+        if not borrower_priority:
+            return
+        for job, resource, need, priority in owners:
+            if priority < borrower_priority.get((job.team, resource), priority):
+                ledger.claim(job.team, need)
+        ledger.capacity = self.totals
 
     def _shape(self, job: PendingJob) -> TeamShape:
         key = (job.team, job.gang)
