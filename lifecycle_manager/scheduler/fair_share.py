@@ -41,6 +41,7 @@ from lifecycle_manager.scheduler.quota import (
     gpu_key,
     need_of,
     products_by_headroom,
+    taken_from,
 )
 
 # (borrows, -priority, weighted share, submitted_at, job id, team)
@@ -161,11 +162,12 @@ class _TeamLine:
 
 
 def _victims_resource(job: PendingJob) -> str | None:
-    """The resource whose running jobs `job` may preempt (see preemption.py): its GPU
-    product, CPUs if it needs no GPUs; None if it may run on any product."""
-    if not job.gang.gpus:
-        return CPUS
-    return gpu_key(job.gang.gpu_product) if job.gang.gpu_product is not None else None
+    """The resource whose running jobs `job` may preempt (`taken_from`); None if it may
+    run on any GPU product."""
+    gang = job.gang
+    if gang.gpus and gang.gpu_product is None:
+        return None
+    return taken_from(gang.gpus, gang.gpu_product)
 
 
 # how far down its line a team's first job that would not borrow is looked for

@@ -24,12 +24,11 @@ from lifecycle_manager.scheduler.backfill import Reservation, Room
 from lifecycle_manager.scheduler.model import PendingJob, RunningJob
 from lifecycle_manager.scheduler.placement import FreeCapacity
 from lifecycle_manager.scheduler.quota import (
-    CPUS,
     Need,
     QuotaLedger,
-    gpu_key,
     idle_quota_kept,
     need_of,
+    taken_from,
 )
 
 
@@ -62,7 +61,7 @@ class RunningIndex:
             if job.stopping:
                 continue
             lost = now - (job.last_checkpoint_at or job.started_at)
-            key = (_resource(job.gang.gpus, job.gpu_product), job.team)
+            key = (taken_from(job.gang.gpus, job.gpu_product), job.team)
             by_key.setdefault(key, []).append((job.priority, lost, -job.started_at, job.id, job))
         self._lowest: dict[str, int] = {}
         for (resource, _), entries in by_key.items():
@@ -99,18 +98,13 @@ class RunningIndex:
         priority. Cheap, so that jobs that could never preempt do not count as tries."""
         if any(job.id not in self.taken for job in self.stopping):
             return True
-        resource = _resource(job.gang.gpus, product)
+        resource = taken_from(job.gang.gpus, product)
         lowest = self._lowest.get(resource)
         if lowest is None:
             return False
         return priority > lowest or planned.accounts[job.team].within_nominal(
             need_of(job.gang, product)
         )
-
-
-def _resource(gpus: int, product: str | None) -> str:
-    """The resource a job is taken from: its GPU product, or CPUs for a CPU-only job."""
-    return gpu_key(product) if gpus else CPUS
 
 
 def plan_room(
@@ -140,7 +134,7 @@ def plan_room(
     """
     ahead_of_job = _Ahead(ahead, waiting_for_idle_quota or {})
     need = need_of(job.gang, product)
-    resource = _resource(job.gang.gpus, product)
+    resource = taken_from(job.gang.gpus, product)
     reclaims = planned.accounts[job.team].within_nominal(need)
     chosen: list[Victim] = []
     candidates = _candidates(job, priority, resource, reclaims, planned, index, shares)
@@ -272,7 +266,7 @@ def _reason(why: int, victim: RunningJob, job: PendingJob, priority: int) -> str
             f"job {job.id} of the same team has priority {priority}, "
             f"above this job's {victim.priority}"
         )
-    resource = _resource(victim.gang.gpus, victim.gpu_product)
+    resource = taken_from(victim.gang.gpus, victim.gpu_product)
     what = f"{resource.removeprefix('gpus:')} GPUs" if resource.startswith("gpus:") else "CPUs"
     over = f"team {victim.team} is borrowing {what} beyond its nominal quota"
     if why == _RECLAIM:
@@ -283,10 +277,13 @@ def _reason(why: int, victim: RunningJob, job: PendingJob, priority: int) -> str
     )
 
 
+def _used(team: str, resource: str, ledger: QuotaLedger, index: RunningIndex) -> float:
+    """What `team` uses of `resource`, not counting what earlier plans promised it."""
+    return ledger.accounts[team].used.get(resource, 0) - index.promised[team][resource]
+
+
 def _borrows(team: str, resource: str, ledger: QuotaLedger, index: RunningIndex) -> bool:
-    account = ledger.accounts[team]
-    used = account.used.get(resource, 0) - index.promised[team][resource]
-    return used > account.nominal_of(resource)
+    return _used(team, resource, ledger, index) > ledger.accounts[team].nominal_of(resource)
 
 
 def _still_borrowing(
@@ -310,10 +307,9 @@ def _only_borrowed(
         running = victim.job
         if running.stopping or running.team == job.team:
             continue
-        account = ledger.accounts[running.team]
-        used = account.used.get(resource, 0) - index.promised[running.team][resource]
+        used = _used(running.team, resource, ledger, index)
         amount = dict(need_of(running.gang, running.gpu_product)).get(resource, 0)
-        if used + amount <= account.nominal_of(resource):
+        if used + amount <= ledger.accounts[running.team].nominal_of(resource):
             return False
     return True
 
@@ -358,17 +354,15 @@ class _Ahead:
         back += list(ahead.holds.items())
         for node, room in back:
             free.give(node, *room)
-        head = free.place(ahead.gang, ahead.product)
-        try:
-            if head is not None:
-                return _fits(job, product, need, free, ledger)
-        finally:
-            if head is not None:
-                for name in head.nodes:
-                    gang = ahead.gang
-                    free.give(free.index[name], gang.gpus, gang.millicpus, gang.memory)
-            for node, room in back:
-                free.take(node, *room)
+        gang = ahead.gang
+        head = free.place(gang, ahead.product)
+        fits_beside_head = head is not None and _fits(job, product, need, free, ledger)
+        for name in head.nodes if head is not None else ():
+            free.give(free.index[name], gang.gpus, gang.millicpus, gang.memory)
+        for node, room in back:
+            free.take(node, *room)
+        if head is not None:
+            return fits_beside_head
         return _fits(job, product, need, free, ledger)
 
     def pay(self, job: RunningJob, free: FreeCapacity) -> None:

@@ -27,6 +27,12 @@ def gpu_key(product: str | None) -> str:
     return f"gpus:{product}"
 
 
+def taken_from(gpus: int, product: str | None) -> str:
+    """The resource a job is preempted from, and preempts from: its GPU product, or CPUs
+    for a CPU-only job."""
+    return gpu_key(product) if gpus else CPUS
+
+
 @functools.lru_cache(maxsize=4096)
 def need_of(gang: Gang, product: str | None) -> Need:
     """What a job placed on `product` counts against its team's quota."""

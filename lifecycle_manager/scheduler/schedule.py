@@ -60,6 +60,7 @@ from lifecycle_manager.scheduler.quota import (
     idle_quota_kept,
     need_of,
     products_by_headroom,
+    taken_from,
 )
 
 
@@ -91,6 +92,7 @@ class _Pass:
             self.free.take(i, gpus, millicpus, memory)
         self.gpu_products = [p for p in self.free.products() if p is not None]
         self.totals = cluster_totals(cluster.nodes)
+        self.ledger.capacity = self.totals
         self.reservations: dict[str | None, Reservation] = {}
         self._latest_start = -math.inf  # of the reservations: no job ending later backfills
         self.admitted: list[tuple[Admission, PendingJob]] = []
@@ -186,7 +188,7 @@ class _Pass:
                 if not products:
                     continue
                 product = products_by_headroom(account, products)[0]
-            resource = gpu_key(product) if gang.gpus else CPUS
+            resource = taken_from(gang.gpus, product)
             need = need_of(gang, product)
             priority = min(job.priority, account.team.max_priority)
             nominal = account.nominal
@@ -200,7 +202,6 @@ class _Pass:
         for job, resource, need, priority in owners:
             if priority < borrower_priority.get((job.team, resource), priority):
                 ledger.claim(job.team, need)
-        ledger.capacity = self.totals
 
     def _shape(self, job: PendingJob) -> TeamShape:
         key = (job.team, job.gang)
