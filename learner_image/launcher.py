@@ -162,12 +162,16 @@ class Launcher:
         c = self.config
         assert c.program_uid is not None
         reached = [*c.program_dirs, *(Path(env[k]) for k in ("HOME", PS_DIR_ENV) if env.get(k))]
+        private_mounts = c.private_mounts and c.program_tmp is not None
+        # The node agent isolates programs only where the runner's interpreter can be shown.
+        reveal = program_sandbox.revealed(program_sandbox.interpreter_paths()) or ()
         return program_sandbox.Sandbox(
             uid=c.program_uid,
             tmp_dir=c.program_tmp,
-            private_mounts=c.private_mounts and c.program_tmp is not None,
+            private_mounts=private_mounts,
             keep=program_sandbox.kept_paths(reached),
             network=c.program_network,
+            reveal=reveal if private_mounts else (),
         )
 
     def wait(self, log: LearnerLog) -> ProgramEnd:

@@ -14,7 +14,11 @@ which
   (other jobs' command lines, the platform's) are not there;
 - System V IPC is a namespace of its own too;
 - the network is its job's own where the node agent made one (`learner_image.job_network`):
-  loopback alone, shared with the job's other learners and no other job's.
+  loopback alone, shared with the job's other learners and no other job's;
+- what it must run that lies in a directory its uid cannot enter (dlaas's Python in a pyenv
+  or a venv under root's 0700 home, say: `revealed`) is bound back read-only into an empty
+  read-only directory that covers the closed one, so that the platform's home, its database
+  and its tokens beside that Python stay out of sight.
 
 `enter` is the pre-exec hook that sets this up in the forked child, then drops to the
 program's uid. It runs after fork in a process that had threads: it only calls the C
@@ -27,6 +31,8 @@ import contextlib
 import ctypes
 import os
 import signal
+import stat
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,7 @@ from learner_image import job_network
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
+MS_RDONLY, MS_REMOUNT = 0x1, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG = 1
 # /tmp and /var/tmp become the program's temporary directory; /dev/shm a tmpfs of its own.
@@ -55,6 +62,8 @@ class Sandbox:
     private_mounts: bool = False
     keep: tuple[Path, ...] = ()
     network: Path | None = None  # the job's network namespace to join (`job_network`)
+    # (closed directory, path in it): covered, and the path bound back read-only (`revealed`)
+    reveal: tuple[tuple[Path, Path], ...] = ()
 
 
 def _libc() -> ctypes.CDLL:
@@ -76,6 +85,49 @@ def kept_paths(paths: Iterable[Path]) -> tuple[Path, ...]:
     return tuple(p for p in hidden if not any(q in p.parents for q in hidden))
 
 
+def untraversable(path: Path) -> Path | None:
+    """The nearest existing directory on the way to `path` that other users cannot enter."""
+    for directory in reversed([path, *path.parents]):
+        if not directory.exists():
+            break
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
+def enterable_by_others(directories: Iterable[Path]) -> bool:
+    """Whether users other than their owners can enter (or run) every one of `directories`."""
+    return all(d.stat().st_mode & stat.S_IXOTH for d in directories)
+
+
+def interpreter_paths() -> tuple[Path, ...]:
+    """What a program started with dlaas's own interpreter must reach: the Python
+    installation, the environment dlaas runs in, and the directory holding its packages."""
+    prefixes = (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)
+    packages = Path(__file__).resolve().parents[1]
+    return tuple(sorted({Path(p).resolve() for p in prefixes} | {packages}))
+
+
+def revealed(paths: Iterable[Path]) -> tuple[tuple[Path, Path], ...] | None:
+    """For each of `paths` in a directory other uids cannot enter, (that directory, the
+    path), without any path inside another. None when a path, or a directory between it
+    and the closed one, is itself closed to them (a namespace cannot open it), or when the
+    closed directory lies where the namespace covers with the program's own."""
+    wanted = sorted(set(paths))
+    pairs = []
+    for path in wanted:
+        if any(outer in path.parents for outer in wanted):
+            continue
+        closed = untraversable(path)
+        if closed is None:
+            continue
+        below = [path, *path.parents[: len(path.parents) - len(closed.parents) - 1]]
+        if closed == path or covered(closed) or not enterable_by_others(below):
+            return None
+        pairs.append((closed, path))
+    return tuple(pairs)
+
+
 def _check(result: int, what: str) -> None:
     if result != 0:
         errno = ctypes.get_errno()
@@ -91,7 +143,12 @@ def _mount(
     _check(result, f"mount {source} on {target}")
 
 
-def _private_namespace(libc: ctypes.CDLL, tmp_dir: Path, keep: tuple[Path, ...]) -> None:
+def _private_namespace(
+    libc: ctypes.CDLL,
+    tmp_dir: Path,
+    keep: tuple[Path, ...],
+    reveal: tuple[tuple[Path, Path], ...] = (),
+) -> None:
     """In the calling process: a mount and IPC namespace of its own, set up as the module
     says. Handles on what gets covered are taken (in the new namespace: a bind mount's
     source must be one of its own) before anything is covered, and bound back through
@@ -100,6 +157,7 @@ def _private_namespace(libc: ctypes.CDLL, tmp_dir: Path, keep: tuple[Path, ...])
     _mount(libc, "none", "/", None, MS_REC | MS_PRIVATE)
     tmp_fd = os.open(tmp_dir, os.O_PATH | os.O_DIRECTORY)
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
+    shown = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for _closed, path in reveal]
     for directory in TEMPORARY_DIRS:
         if directory.is_dir():
             _mount(libc, f"/proc/self/fd/{tmp_fd}", str(directory), None, MS_BIND)
@@ -110,12 +168,32 @@ def _private_namespace(libc: ctypes.CDLL, tmp_dir: Path, keep: tuple[Path, ...])
         for path, fd in kept:
             os.makedirs(path, exist_ok=True)
             _mount(libc, f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+        _reveal(libc, reveal, shown)
     finally:
         os.umask(previous)
     proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount(libc, "proc", "/proc", "proc", proc_flags, PROC_OPTIONS)
-    for fd in (tmp_fd, *(fd for _path, fd in kept)):
+    for fd in (tmp_fd, *(fd for _path, fd in kept), *(fd for _path, fd in shown)):
         os.close(fd)
+
+
+def _reveal(
+    libc: ctypes.CDLL, reveal: tuple[tuple[Path, Path], ...], shown: list[tuple[Path, int]]
+) -> None:
+    """Cover each closed directory with an empty tmpfs, bind the paths in it back read-only
+    through their handles (the directories made on the way are traversable, not listable),
+    then make the tmpfs read-only too."""
+    tmpfs_flags = MS_NOSUID | MS_NODEV
+    closed_dirs = list(dict.fromkeys(str(closed) for closed, _path in reveal))
+    for closed in closed_dirs:
+        _mount(libc, "tmpfs", closed, "tmpfs", tmpfs_flags, b"mode=0711")
+    for path, fd in shown:
+        os.makedirs(path, exist_ok=True)
+        _mount(libc, f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+        _mount(libc, "none", str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    for closed in closed_dirs:
+        flags = MS_REMOUNT | MS_RDONLY | tmpfs_flags
+        _mount(libc, "tmpfs", closed, "tmpfs", flags, b"mode=0711")
 
 
 def enter(sandbox: Sandbox) -> Callable[[], None]:
@@ -130,7 +208,7 @@ def enter(sandbox: Sandbox) -> Callable[[], None]:
         if sandbox.network is not None:  # first: its handle may be under what gets covered
             job_network.join(libc, sandbox.network)
         if sandbox.private_mounts and sandbox.tmp_dir is not None:
-            _private_namespace(libc, sandbox.tmp_dir, sandbox.keep)
+            _private_namespace(libc, sandbox.tmp_dir, sandbox.keep, sandbox.reveal)
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
@@ -141,9 +219,10 @@ def enter(sandbox: Sandbox) -> Callable[[], None]:
     return hook
 
 
-def probe() -> str | None:
-    """Whether programs can get a namespace of their own on this node: None if so, else
-    why not. Tried in a child process, which makes one as `enter` would and exits."""
+def probe(reveal: tuple[tuple[Path, Path], ...] = ()) -> str | None:
+    """Whether programs can get a namespace of their own on this node, with `reveal` bound
+    back in it: None if so, else why not. Tried in a child process, which makes one as
+    `enter` would and exits."""
     if os.geteuid() != 0:
         return "private /tmp, /dev/shm and /proc need the runner to be root"
     try:
@@ -157,7 +236,7 @@ def probe() -> str | None:
         message = b""
         try:
             tmp_dir = Path("/tmp") if Path("/tmp").is_dir() else Path("/")
-            _private_namespace(libc, tmp_dir, ())
+            _private_namespace(libc, tmp_dir, (), reveal)
             _check(libc.unshare(job_network.CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         except BaseException as error:
             message = str(error).encode()[:500] or type(error).__name__.encode()

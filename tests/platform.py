@@ -30,6 +30,12 @@ from tests.services import free_ports
 
 DLAAS = str(Path(sys.executable).with_name("dlaas"))
 
+# Most tests are of the platform's mechanics (its programs' files and logs where the agent
+# keeps them for its own user): their jobs run as the node agent's user, and users' jobs are
+# accepted so. Isolation has tests of its own (tests/e2e/test_job_isolation.py and
+# test_job_sandbox.py with DLAAS_AGENT_ISOLATION=on, test_default_isolation.py as a new user).
+JOBS_AS_THE_AGENTS_USER = {"DLAAS_AGENT_ISOLATION": "off", "DLAAS_ALLOW_SHARED_NODES": "1"}
+
 Shown = dict[str, Any]  # {"job": {...}, "events": [...]}, as `dlaas show --output json` prints
 
 
@@ -51,15 +57,21 @@ class Platform:
     ports: tuple[str, ...] = ()
 
     @classmethod
-    def up(cls, home: Path, settings: Mapping[str, str] | None = None) -> Platform:
+    def up(
+        cls, home: Path, settings: Mapping[str, str] | None = None, *, as_a_new_user: bool = False
+    ) -> Platform:
         """`dlaas up --detach` with its state in `home`, on free ports, and none of this
         process's `DLAAS_*` settings; stop it with `down`. Its rate limits are off: the
         burst test polls a hundred jobs from one token five times a second, far past what a
-        token may (the limits have tests of their own, tests/integration/test_api_limits.py)."""
+        token may (the limits have tests of their own, tests/integration/test_api_limits.py).
+        Its jobs run as the node agent's user unless `settings` say otherwise, or unless
+        `as_a_new_user`, which keeps the isolation a new user gets."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAAS_")}
         env["DLAAS_HOME"] = str(home)
         env["DLAAS_RATE_LIMIT_PER_S"] = env["DLAAS_ADDRESS_RATE_LIMIT_PER_S"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        if not as_a_new_user:
+            env.update(JOBS_AS_THE_AGENTS_USER)
         env.update(settings or {})
         api, agent, redis = free_ports(3)
         ports = ("--port", str(api), "--agent-port", str(agent), "--redis-port", str(redis))

@@ -8,18 +8,16 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from tests.browser.jobs import STEADY_JOB
-from tests.e2e.isolated_jobs import ROOT_ONLY, SYSTEM_PYTHON
+from tests.e2e.isolated_jobs import ROOT_ONLY, SYSTEM_PYTHON, attack
 from tests.platform import Platform
 
 pytestmark = [pytest.mark.e2e, ROOT_ONLY]
 
-ATTACKER = Path(__file__).with_name("attacker_job")
 ESCAPE_ATTEMPTS = 22
 
 
@@ -80,21 +78,8 @@ def test_every_escape_a_job_tries_fails_and_its_own_job_still_works(
     )
     _wait_state(platform, victim_owner.token, victim, ("RUNNING",))
     [victim_learner] = platform.learners(victim)
-    record = platform.record()
-    targets = {
-        "home": str(platform.home),
-        "other_job": victim,
-        "other_workdir": str(Path(victim_learner["workdir"]) / "program"),
-        "redis": f"127.0.0.1:{urlsplit(record.redis_url).port}",
-        "agent": record.agent_url,
-        "api": platform.url,
-    }
     attacker_owner = platform.create_user("attacker")
-    attack = f"{SYSTEM_PYTHON} attack.py {json.dumps(json.dumps(targets))}"
-    job = _submit(platform, attacker_owner.token, _manifest(tmp_path, "attacker", attack), ATTACKER)
-    _wait_state(platform, attacker_owner.token, job, ("COMPLETED",))
-    logs = platform.dlaas("logs", job, "--token", attacker_owner.token).stdout
-    [line] = [json.loads(line) for line in logs.splitlines() if line.startswith('{"attacker"')]
+    job, line = attack(platform, attacker_owner, tmp_path, victim)
     results = line["attacker"]
     assert len(results) == ESCAPE_ATTEMPTS
     escaped = {name: got for name, got in results.items() if not got.startswith("blocked")}

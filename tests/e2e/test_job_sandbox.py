@@ -7,20 +7,26 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.browser.jobs import STEADY_JOB
-from tests.e2e.isolated_jobs import ROOT_ONLY, SYSTEM_PYTHON
-from tests.platform import Platform, User
+from tests.e2e.isolated_jobs import (
+    ROOT_ONLY,
+    SYSTEM_PYTHON,
+    escapes,
+    probe,
+    report,
+    submit,
+    wait_gone,
+    wait_state,
+)
+from tests.platform import Platform
 
 pytestmark = [pytest.mark.e2e, ROOT_ONLY]
 
-PROBE = Path(__file__).with_name("sandbox_job")
 STEADY = f"{SYSTEM_PYTHON} train.py --steps 100000 --step-s 0.2"
 
 
@@ -31,72 +37,6 @@ def isolating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         yield running
     finally:
         running.down()
-
-
-def manifest(directory: Path, name: str, command: str, learners: int = 1) -> Path:
-    path = directory / f"{name}-{secrets.token_hex(3)}.yml"
-    path.write_text(
-        f"name: {name}\nlearners: {learners}\ncpus: 0.1\nmemory: 256Mi\n"
-        f"framework:\n  name: python\n  command: {json.dumps(command)}\n"
-    )
-    return path
-
-
-def submit(
-    platform: Platform, user: User, directory: Path, command: str, model: Path, learners: int = 1
-) -> str:
-    path = manifest(directory, "sandbox", command, learners)
-    return platform.dlaas("train", str(path), str(model), "--token", user.token).stdout.strip()
-
-
-def probe(
-    platform: Platform, user: User, directory: Path, plan: dict[str, Any], learners: int = 1
-) -> str:
-    command = f"{SYSTEM_PYTHON} probe.py {json.dumps(json.dumps(plan))}"
-    return submit(platform, user, directory, command, PROBE, learners)
-
-
-def wait_state(platform: Platform, user: User, job: str, states: tuple[str, ...]) -> str:
-    deadline = time.monotonic() + 180
-    state = ""
-    while time.monotonic() < deadline:
-        with platform.client(user.token) as client:
-            state = str(client.get_job(job)["state"])
-        if state in states:
-            return state
-        if state in ("COMPLETED", "FAILED"):
-            logs = platform.dlaas("logs", job, "--token", user.token).stdout[-3000:]
-            raise AssertionError(f"job {job} ended {state}, not {states}:\n{logs}")
-        time.sleep(0.25)
-    raise AssertionError(f"job {job} is {state}, not {states}, after 180 s")
-
-
-def report(platform: Platform, user: User, job: str) -> dict[str, Any]:
-    """The probe's JSON line, once it printed it."""
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        logs = platform.dlaas("logs", job, "--token", user.token).stdout
-        lines = [line for line in logs.splitlines() if line.startswith('{"probe"')]
-        if lines:
-            found: dict[str, Any] = json.loads(lines[0])
-            return found
-        with platform.client(user.token) as client:
-            state = str(client.get_job(job)["state"])
-        assert state != "FAILED", f"the probe job {job} failed:\n{logs[-3000:]}"
-        time.sleep(0.5)
-    raise AssertionError(f"the probe job {job} printed no report after 180 s")
-
-
-def escapes(found: dict[str, Any]) -> dict[str, str]:
-    return {name: got for name, got in found["probe"].items() if not got.startswith("blocked")}
-
-
-def wait_gone(platform: Platform, job: str) -> None:
-    """Until the node agent has forgotten every learner of `job` (its uid is free again)."""
-    deadline = time.monotonic() + 120
-    while platform.learners(job):
-        assert time.monotonic() < deadline, f"the learners of {job} are still on the node"
-        time.sleep(0.25)
 
 
 @pytest.fixture(scope="module")

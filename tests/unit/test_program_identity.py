@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from learner_image import program_sandbox
 from learner_image.checkpoint_sync import open_inside
 from learner_image.program_identity import hand_over, remove_files_of
-from learner_image.program_sandbox import kept_paths
+from learner_image.program_sandbox import kept_paths, revealed
 from lifecycle_manager.backends.local import node_agent
 
 
@@ -63,23 +64,56 @@ def open_dir() -> Iterator[Path]:
 def test_programs_get_uids_of_their_own_only_where_they_can_run(
     open_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert node_agent.isolation("off")[0] is False
+    assert node_agent.isolation("off").isolating is False
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    isolating, why = node_agent.isolation("on")
-    assert not isolating and "root" in why
+    refused = node_agent.isolation("on")
+    assert not refused.isolating and "root" in refused.why
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     private = open_dir / "home"
-    (private / "bin").mkdir(parents=True)
-    interpreter = private / "bin" / "python"
+    installation = private / "python"
+    (installation / "bin").mkdir(parents=True)
+    interpreter = installation / "bin" / "python"
     interpreter.write_text("")
     interpreter.chmod(0o755)
     private.chmod(0o700)
     monkeypatch.setattr(sys, "executable", str(interpreter))
-    isolating, why = node_agent.isolation("auto")
-    assert not isolating and str(interpreter) in why and "run as root" in why
-    assert node_agent.isolation("on")[0] is True  # told to: the jobs bring their own Python
+    monkeypatch.setattr(program_sandbox, "TEMPORARY_DIRS", ())  # open_dir is in /tmp
+    for prefix in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix"):
+        monkeypatch.setattr(sys, prefix, str(installation))
+    monkeypatch.setattr(program_sandbox, "probe", lambda reveal=(): "no namespaces here")
+    shut = node_agent.isolation("auto")
+    assert not shut.isolating and str(interpreter) in shut.why and "run as root" in shut.why
+    assert "no namespaces here" in shut.why
+    assert node_agent.isolation("on").isolating  # told to: the jobs bring their own Python
+    shown: list[object] = []
+    monkeypatch.setattr(program_sandbox, "probe", lambda reveal=(): shown.append(reveal))
+    behind = node_agent.isolation("auto")
+    assert behind.isolating and behind.private_mounts and str(private) in behind.why
+    assert shown == [((private, installation),)]
+    installation.chmod(0o700)  # the installation itself closed: no namespace can open it
+    monkeypatch.setattr(program_sandbox, "probe", lambda reveal=(): None)
+    assert not node_agent.isolation("auto").isolating
+    installation.chmod(0o755)
     private.chmod(0o755)
-    assert node_agent.isolation("auto")[0] is True
+    opened = node_agent.isolation("auto")
+    assert opened.isolating and "shown" not in opened.why
+
+
+def test_a_closed_directory_is_revealed_only_where_a_namespace_can_open_it(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(program_sandbox, "TEMPORARY_DIRS", ())  # open_dir is in /tmp
+    closed = open_dir / "root"
+    (closed / "pyenv" / "3.11").mkdir(parents=True)
+    (open_dir / "srv").mkdir()
+    closed.chmod(0o700)
+    inner = closed / "pyenv" / "3.11"
+    assert revealed([inner, inner / "lib", open_dir / "srv"]) == ((closed, inner),)
+    assert revealed([closed]) is None  # itself closed
+    assert revealed([Path("/tmp")]) == ()
+    monkeypatch.undo()
+    # a closed directory in /tmp: the program's own /tmp would cover what is bound back
+    assert revealed([inner]) is None
 
 
 def test_only_paths_a_private_namespace_would_hide_are_bound_back() -> None:

@@ -298,35 +298,59 @@ def _retry_reports(
         announce()
 
 
-def untraversable(path: Path) -> Path | None:
-    """The nearest existing directory on the way to `path` that other users cannot enter."""
-    for directory in reversed([path, *path.parents]):
-        if not directory.exists():
-            break
-        if not directory.stat().st_mode & stat.S_IXOTH:
-            return directory
-    return None
+PRIVATE_VIEW = ", each with private /tmp, /var/tmp, /dev/shm and /proc, and its job's own network"
 
 
-def usable_by_others(path: Path) -> bool:
-    """Whether users other than its owner can run `path`: it and every directory above it
-    let them in."""
-    return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+@dataclasses.dataclass(frozen=True)
+class NodeIsolation:
+    """How the agent runs learners' programs: as uids of their own (`isolating`), each in a
+    mount namespace of its own (`private_mounts`), and why (for its log and `dlaas up`)."""
+
+    isolating: bool
+    private_mounts: bool
+    why: str
 
 
-def isolation(mode: str) -> tuple[bool, str]:
-    """Whether learners' programs get uids of their own, and why (for the agent's log)."""
+def isolation(mode: str) -> NodeIsolation:
+    """Whether learners' programs get uids of their own, and why. Where dlaas's interpreter
+    sits in a directory other uids cannot enter (a pyenv or a venv under root's home), a
+    program's own namespace shows them that interpreter and nothing else beside it."""
     if mode == "off":
-        return False, "run as the agent's own user (DLAAS_AGENT_ISOLATION=off)"
-    if os.geteuid() != 0:
-        return False, "run as the agent's own user: uids of their own need the agent to be root"
-    interpreter = Path(sys.executable).resolve()
-    if mode == "auto" and not usable_by_others(interpreter):
-        return False, (
-            f"run as root: other users cannot run {interpreter}, so programs cannot have uids "
-            "of their own here (install Python where they can, as the learner image does)"
+        return NodeIsolation(
+            False, False, "run as the agent's own user (DLAAS_AGENT_ISOLATION=off)"
         )
-    return True, "run as uids of their own"
+    if os.geteuid() != 0:
+        return NodeIsolation(
+            False, False, "run as the agent's own user: uids of their own need the agent to be root"
+        )
+    interpreter = Path(sys.executable).resolve()
+    reveal = program_sandbox.revealed(program_sandbox.interpreter_paths())
+    open_to_programs = reveal == () and program_sandbox.enterable_by_others(
+        (interpreter, *interpreter.parents)
+    )
+    refused = program_sandbox.probe(reveal or ())
+    if reveal is not None and refused is None:
+        shown = ""
+        if reveal:
+            closed = ", ".join(sorted({str(c) for c, _p in reveal}))
+            shown = f"; dlaas's Python is shown to them read-only, and nothing else of {closed}"
+        return NodeIsolation(True, True, f"run as uids of their own{PRIVATE_VIEW}{shown}")
+    if open_to_programs or mode == "on":  # told to: the jobs bring their own Python
+        if refused is None:
+            return NodeIsolation(True, True, f"run as uids of their own{PRIVATE_VIEW}")
+        why = (
+            "run as uids of their own, sharing /tmp, /var/tmp and /dev/shm and seeing every "
+            f"process: {refused}"
+        )
+        return NodeIsolation(True, False, why)
+    cannot = refused or "a directory on the way is closed to them itself"
+    return NodeIsolation(
+        False,
+        False,
+        f"run as root: other users cannot run {interpreter}, and it cannot be shown to "
+        f"them in a namespace of their own ({cannot}); install Python where every user "
+        "may run it, as the learner image does",
+    )
 
 
 def traversable_work_root(root: Path) -> Path:
@@ -396,23 +420,16 @@ def main(argv: list[str] | None = None) -> None:
     root = args.root.resolve()
     work_root = (args.work_root or root).resolve()
     program_uids = None
-    isolating, why = isolation(settings.agent_isolation)
+    node_isolation = isolation(settings.agent_isolation)
+    isolating, why = node_isolation.isolating, node_isolation.why
     if settings.agent_isolation == "on" and not isolating:
         parser.error(f"DLAAS_AGENT_ISOLATION=on, but {why}")
-    private_mounts = False
-    if isolating:
-        refused = program_sandbox.probe()
-        private_mounts = refused is None
-        why += (
-            ", each with private /tmp, /var/tmp, /dev/shm and /proc, and its job's own network"
-            if private_mounts
-            else f", sharing /tmp, /var/tmp and /dev/shm and seeing every process: {refused}"
-        )
+    private_mounts = node_isolation.private_mounts
     log.info("learners' programs %s", why)
     if isolating:
         base = settings.agent_program_uid_base
         program_uids = range(base, base + settings.agent_program_uids)
-        closed = untraversable(work_root)
+        closed = program_sandbox.untraversable(work_root)
         if closed is not None and args.work_root is not None:
             parser.error(
                 f"learners' programs run as uids of their own and could not reach "
