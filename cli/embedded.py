@@ -206,7 +206,14 @@ def job_isolation(platform: Platform) -> str:
     why = str(report.get("why", ""))
     if report.get("isolated"):
         return why
-    return f"{why}; they can read each other's files and {platform.home} (see README)"
+    accepted = os.environ.get("DLAAS_ALLOW_SHARED_NODES", "").lower() in ("1", "true", "yes", "on")
+    others = (
+        "the jobs of users who are not admins are accepted all the same (DLAAS_ALLOW_SHARED_NODES)"
+        if accepted
+        else "so the jobs of users who are not admins are refused (DLAAS_ALLOW_SHARED_NODES=1 "
+        "accepts them)"
+    )
+    return f"{why}; they can read each other's files and {platform.home}, {others} (see README)"
 
 
 def read_token(home: Path) -> str:

@@ -139,9 +139,12 @@ class Settings(BaseSettings):
     # learner's; `agent_work_dir` is where learners' working directories go (it must be
     # traversable by those uids: not under a 0700 DLAAS_HOME).
     # on: programs get uids of their own (the agent must run as root); off: they run as the
-    # agent's user; auto: on when the agent is root and its Python is usable by other users
-    # (an interpreter under a 0700 home is not: jobs then run as root, as the agent says).
+    # agent's user; auto: on when the agent is root and its Python is usable by other users,
+    # or can be shown to them in a namespace of their own (an interpreter under a 0700 home).
     agent_isolation: Literal["auto", "on", "off"] = "auto"
+    # Accept the jobs of users who are not admins when the local backend's nodes run every
+    # job as one OS user (they then can read each other's files): refused by default.
+    allow_shared_nodes: bool = False
     agent_program_uid_base: int = Field(default=900_000, ge=1000)
     agent_program_uids: int = Field(default=10_000, ge=1)
     agent_work_dir: Path | None = None

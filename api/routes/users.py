@@ -17,34 +17,13 @@ from api.schemas import (
     UserPublic,
     UserSummary,
 )
+from api.services import shared_nodes
 from api.services.teams import check_name
 from api.services.tokens import minted_expiry
-from api.state import ApiState
-from storage import streams
 from storage.models import utcnow
 from storage.users import create_user, users_after
 
 router = APIRouter(prefix="/v2/users", tags=["users"])
-
-
-async def shared_user_warning(state: ApiState) -> str | None:
-    """What a new user should know when the local backend's nodes run every job as the
-    same OS user (no node agent as root): jobs are not isolated from each other there."""
-    if state.settings.cluster_backend != "local":
-        return None
-    nodes = await streams.anode_isolation(state.redis)
-    shared = {node: report for node, report in nodes.items() if not report.get("isolated")}
-    if not shared:
-        return None
-    why = "; ".join(
-        f"on node {node}, {report.get('why') or 'no reason given'}"
-        for node, report in sorted(shared.items())
-    )
-    return (
-        "jobs on this platform run as one OS user, so one user's job can read another's "
-        f"files and the platform's own: {why}. Run the node agent as root with "
-        "DLAAS_AGENT_ISOLATION=on (docker-compose does) before sharing it"
-    )
 
 
 @router.post("", status_code=201, response_model=UserCreated)
@@ -67,7 +46,7 @@ async def add_user(
         token=token,
         admin=created.is_admin,
         team=created.name,
-        warning=await shared_user_warning(state),
+        warning=await shared_nodes.shared_user_warning(state),
     )
 
 

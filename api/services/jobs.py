@@ -15,7 +15,7 @@ from api.archive import check_model_archive
 from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.manifest import parse_manifest
-from api.services import node_fit, quota, team_fit
+from api.services import node_fit, quota, shared_nodes, team_fit
 from api.services.priority import check_priority
 from api.services.team_choice import choose_team
 from api.state import ApiState
@@ -67,6 +67,7 @@ async def submit_job(
     Returns the job and its team's name."""
     async with state.sessions() as session:
         team = await choose_team(session, user, submission.team)
+    await shared_nodes.check_isolated(state, user)
     await quota.check_room(state, user, 0, "a new job")
     manifest_text, archive, archive_size = (
         submission.manifest_text,

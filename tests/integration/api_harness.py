@@ -142,6 +142,10 @@ async def running_api(
     # Rate limits off unless a test asks for them (tests/integration/test_api_limits.py):
     # a test makes hundreds of requests a second from one token, far past what a user may.
     limits_off = {"rate_limit_per_s": 0.0, "address_rate_limit_per_s": 0.0}
+    # Users' jobs accepted whatever the run's node agents announce in the shared Redis (one
+    # that runs its programs as its own user refuses them): the refusal is tested with a
+    # Redis of its own (tests/integration/test_shared_platform_warning.py).
+    limits_off["allow_shared_nodes"] = True
     settings = Settings(
         home=objects_dir.parent,
         database_url=database_url,
