@@ -20,8 +20,16 @@ his own `digits`. Then:
     the longest time from the end being committed until the job's token is refused,
     polling every 20 ms. Target: at most 5 s (the gateway trusts a validated token for
     `CREDENTIAL_CACHE_S`).
+(d) On the node (`bench/_node_escapes.py`, as root): the embedded platform started as a new
+    user starts it (`dlaas up`, no setting), and again with `DLAAS_AGENT_ISOLATION=on`; in
+    each, hostile jobs try every way out the node offers them (the platform's files and
+    processes, the manifest's environment aimed at the platform's own processes, files
+    planted across jobs and under reused uids, shared memory, other jobs' /proc and
+    loopback services). Their attempts count in `escape_attempts` and `escapes` with the
+    object store's; `node_modes` gives each mode's. Target: 0 escapes.
 
-Options: `--mints`, `--ends`. Prints progress, then the FINAL JSON line.
+Options: `--mints`, `--ends`, `--node-modes` (default, on; none to skip), `--small` (20
+mints, 4 ends, the default mode alone). Prints progress, then the FINAL JSON line.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import tempfile
 import time
@@ -43,6 +52,8 @@ from bench._bench_api_server import BenchApiServer, api_env
 from bench._bench_postgres import BenchPostgres
 from bench._bench_redis import BenchRedis
 from bench._latency_stats import median, percentile, rounded
+from bench._node_escapes import NodeRun, node_escapes
+from bench._small import parse_with_small
 from storage import job_credentials
 from storage import jobs as repo
 from storage.db import make_engine, make_sessionmaker
@@ -61,6 +72,12 @@ data_stores:
     training_data: {container: digits}
 """
 LIFETIME_TARGET_S = 5.0
+NODE_MODES = {
+    "default": {},
+    "on": {"DLAAS_AGENT_ISOLATION": "on"},
+    # the control (not run by default): a node that isolates nothing, where they must escape
+    "shared": {"DLAAS_AGENT_ISOLATION": "off", "DLAAS_ALLOW_SHARED_NODES": "1"},
+}
 
 
 class Api:
@@ -314,12 +331,64 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def node_figures(runs: list[NodeRun]) -> dict[str, Any]:
+    escaped = [
+        f"{run.mode}: {name}: {got}"
+        for run in runs
+        for name, got in run.results.items()
+        if not got.startswith("blocked")
+    ]
+    return {
+        "node_attempts": sum(len(run.results) for run in runs),
+        "node_escaped": escaped,
+        "node_modes": {
+            run.mode: {
+                "attempts": len(run.results),
+                "escapes": sum(not got.startswith("blocked") for got in run.results.values()),
+                "jobs": run.isolation,
+                "uid_reused": run.uid_reused,
+                "own_environment_reached": run.own_environment_reached,
+            }
+            for run in runs
+        },
+    }
+
+
+def run_nodes(modes: list[str]) -> list[NodeRun]:
+    runs = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix=f"dlaas-bench-node-{mode}-") as work:
+            Path(work).chmod(0o755)  # the jobs' manifests and archives are read as root
+            runs.append(node_escapes(Path(work), mode, NODE_MODES[mode]))
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mints", type=int, default=200)
     parser.add_argument("--ends", type=int, default=8)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--node-modes",
+        default="default,on",
+        help="the node's modes to attack: default, on, shared (a control that isolates "
+        "nothing), or none (needs root)",
+    )
+    args = parse_with_small(parser, {"mints": 20, "ends": 4, "node_modes": "default"})
+    modes = [m for m in args.node_modes.split(",") if m and m != "none"]
+    unknown = sorted(set(modes) - set(NODE_MODES))
+    if unknown:
+        parser.error(f"--node-modes: unknown {unknown}; give some of {sorted(NODE_MODES)}")
+    if modes and os.geteuid() != 0:
+        print("the node's attempts need root (the node agent isolates jobs only so): skipped")
+        modes = []
     figures = asyncio.run(run(args))
+    nodes = node_figures(run_nodes(modes))
+    figures["object_store_attempts"] = figures["escape_attempts"]
+    figures["escape_attempts"] += nodes["node_attempts"]
+    figures["escaped"] += nodes["node_escaped"]
+    figures["escapes"] = len(figures["escaped"])
+    figures["node_modes"] = nodes["node_modes"]
+    figures["target_escapes"] = 0
     print(json.dumps(figures), flush=True)
 
 

@@ -26,7 +26,7 @@ SERVICES = ("token_auth", "redis_isolation", "k8s_control", "api_load", "fuzz")
 # run small by a test of their own, with more to check (tests/integration/test_bench_*.py)
 OWN_TESTS = ("slowloris",)
 TORCH_PROCESSES = ("ps", "perf_model")
-PLATFORM = ("latency", "soak", "recovery", "log_flood", "dashboard")
+PLATFORM = ("latency", "soak", "recovery", "log_flood", "dashboard", "isolation")
 BENCHMARKS_RUN = COMPUTING + SERVICES + TORCH_PROCESSES + PLATFORM + OWN_TESTS
 
 

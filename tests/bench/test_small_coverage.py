@@ -7,7 +7,7 @@ import pytest
 from tests.bench.small_runs import BENCH_DIR, BENCHMARKS_RUN, benchmark_modules, figures_of
 
 # benchmarks that have no --small mode yet; once one has, it moves to a list of small_runs.py
-WITHOUT_SMALL = frozenset({"isolation"})
+WITHOUT_SMALL: frozenset[str] = frozenset()
 
 
 def test_every_benchmark_is_run_small() -> None:
