@@ -7,6 +7,12 @@ attempt (`make`), kept by a bind mount of its handle at a path of the agent's, w
 of the job's programs joins in its pre-exec hook (`learner_image.program_sandbox`), and
 removes it with the attempt's last learner (`remove`). What the runner and the sidecars do
 on the network is not in it: they stay in the node's.
+
+With no resolver reachable, a name lookup that the node's hosts file does not answer fails
+("temporary failure"): torch's store looks up the name of each peer's address, which a dual
+stack socket sees as ::ffff:127.0.0.1, and warns on every connection. `loopback_hosts` is
+the node's hosts file with the loopback addresses named, which the program's namespace
+shows as /etc/hosts.
 """
 
 from __future__ import annotations
@@ -31,6 +37,20 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
 print("up", flush=True)
 sys.stdin.read()
 """
+
+
+LOOPBACK_NAMES = (("::1", "localhost"), ("::ffff:127.0.0.1", "localhost"))
+HOSTS = Path("/etc/hosts")
+
+
+def loopback_hosts(text: str) -> str:
+    """`text` (a hosts file) with a line for each loopback address it does not name."""
+    fields = [line.split() for line in text.splitlines()]
+    named = {words[0] for words in fields if words and not words[0].startswith("#")}
+    missing = [f"{address} {name}" for address, name in LOOPBACK_NAMES if address not in named]
+    if not missing:
+        return text
+    return text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(missing) + "\n"
 
 
 def _libc() -> ctypes.CDLL:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from learner_image import program_identity, program_sandbox
+from learner_image import job_network, program_identity, program_sandbox
 from learner_image.exit_report import describe_exit, signal_name
 from learner_image.learner_log import LearnerLog, capture_output
 from learner_image.runner_config import RunnerConfig, child_env
@@ -172,7 +172,22 @@ class Launcher:
             keep=program_sandbox.kept_paths(reached),
             network=c.program_network,
             reveal=reveal if private_mounts else (),
+            hosts=self._loopback_hosts() if private_mounts and c.program_network else None,
         )
+
+    def _loopback_hosts(self) -> Path | None:
+        """The hosts file the program's own network shows (in the runner's directory, out of
+        the program's reach); None where the node has none to start from."""
+        if self.config.runner_dir is None:
+            return None
+        try:
+            text = job_network.HOSTS.read_text()
+        except OSError:
+            return None
+        path = self.config.runner_dir / "hosts"
+        path.write_text(job_network.loopback_hosts(text))
+        path.chmod(0o644)
+        return path
 
     def wait(self, log: LearnerLog) -> ProgramEnd:
         """Copy the command's output into `log` until it ends; then end what it left."""

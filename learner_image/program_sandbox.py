@@ -64,6 +64,7 @@ class Sandbox:
     network: Path | None = None  # the job's network namespace to join (`job_network`)
     # (closed directory, path in it): covered, and the path bound back read-only (`revealed`)
     reveal: tuple[tuple[Path, Path], ...] = ()
+    hosts: Path | None = None  # shown read-only as /etc/hosts (`job_network.loopback_hosts`)
 
 
 def _libc() -> ctypes.CDLL:
@@ -148,6 +149,7 @@ def _private_namespace(
     tmp_dir: Path,
     keep: tuple[Path, ...],
     reveal: tuple[tuple[Path, Path], ...] = (),
+    hosts: Path | None = None,
 ) -> None:
     """In the calling process: a mount and IPC namespace of its own, set up as the module
     says. Handles on what gets covered are taken (in the new namespace: a bind mount's
@@ -158,6 +160,7 @@ def _private_namespace(
     tmp_fd = os.open(tmp_dir, os.O_PATH | os.O_DIRECTORY)
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
     shown = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for _closed, path in reveal]
+    hosts_fd = os.open(hosts, os.O_PATH) if hosts is not None else None
     for directory in TEMPORARY_DIRS:
         if directory.is_dir():
             _mount(libc, f"/proc/self/fd/{tmp_fd}", str(directory), None, MS_BIND)
@@ -171,10 +174,16 @@ def _private_namespace(
         _reveal(libc, reveal, shown)
     finally:
         os.umask(previous)
+    if hosts_fd is not None and job_network.HOSTS.is_file():
+        _mount(libc, f"/proc/self/fd/{hosts_fd}", str(job_network.HOSTS), None, MS_BIND)
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        _mount(libc, "none", str(job_network.HOSTS), None, flags)
     proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount(libc, "proc", "/proc", "proc", proc_flags, PROC_OPTIONS)
     for fd in (tmp_fd, *(fd for _path, fd in kept), *(fd for _path, fd in shown)):
         os.close(fd)
+    if hosts_fd is not None:
+        os.close(hosts_fd)
 
 
 def _reveal(
@@ -208,7 +217,7 @@ def enter(sandbox: Sandbox) -> Callable[[], None]:
         if sandbox.network is not None:  # first: its handle may be under what gets covered
             job_network.join(libc, sandbox.network)
         if sandbox.private_mounts and sandbox.tmp_dir is not None:
-            _private_namespace(libc, sandbox.tmp_dir, sandbox.keep, sandbox.reveal)
+            _private_namespace(libc, sandbox.tmp_dir, sandbox.keep, sandbox.reveal, sandbox.hosts)
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)

@@ -46,11 +46,13 @@ def test_a_users_job_runs_as_its_own_uid_with_dlaas_python_and_reaches_no_secret
     user = default.create_user("newcomer")
     held = sorted(str(path) for path in default.home.iterdir() if path.is_file())
     assert any(path.endswith("client.json") for path in held), held
-    plan = {"read": [*held, "/proc/1/environ"], "proc": True}
+    plan = {"read": [*held, "/proc/1/environ"], "proc": True, "names": True}
     job = dlaas_python_probe(default, user, tmp_path, plan)
     found = report(default, user, job)
     assert found["uid"] != 0, found
     assert not escapes(found), found
+    # in its job's own network, with no resolver, the loopback addresses still have names
+    assert set(found["names"].values()) == {"localhost"}, found["names"]
     assert wait_state(default, user, job, ("COMPLETED",)) == "COMPLETED"
     logs = default.dlaas("logs", job, "--token", user.token).stdout
     assert f"python {sys.version_info.major}.{sys.version_info.minor}" in logs, logs[-2000:]

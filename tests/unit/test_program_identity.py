@@ -14,6 +14,7 @@ import pytest
 
 from learner_image import program_sandbox
 from learner_image.checkpoint_sync import open_inside
+from learner_image.job_network import loopback_hosts
 from learner_image.program_identity import hand_over, remove_files_of
 from learner_image.program_sandbox import kept_paths, revealed
 from lifecycle_manager.backends.local import node_agent
@@ -152,3 +153,12 @@ def test_what_a_uid_left_where_it_could_reach_is_removed_and_nothing_else(
     assert sorted(removed) == sorted([str(left), str(own_dir)])
     assert (learners / "program").exists()
     assert someone.exists() and (closed / "unreachable").exists()  # out of the uid's reach
+
+
+def test_the_jobs_own_network_names_its_loopback_addresses_the_nodes_hosts_file_omits() -> None:
+    node = "# the node's\n127.0.0.1 localhost\n::1 localhost ip6-localhost\n10.0.0.5 vm"
+    shown = loopback_hosts(node)
+    assert shown.startswith(node + "\n") and shown.endswith("::ffff:127.0.0.1 localhost\n")
+    assert shown.count("::1 ") == 1
+    assert loopback_hosts(shown) == shown
+    assert loopback_hosts("") == "::1 localhost\n::ffff:127.0.0.1 localhost\n"

@@ -8,7 +8,9 @@ what it found as one JSON line:
 PLAN_JSON says what to try: `read` (paths of other jobs' files to read), `plant` (a secret
 to leave 0600 in /tmp, /var/tmp and /dev/shm for a later job to find), `find` (the secret
 an earlier job planted, looked for where it planted it), `proc` (read the command lines and
-environments of other uids' processes), `hold` (seconds to keep running after the report).
+environments of other uids' processes), `names` (look up the names of the loopback
+addresses, as torch's store does of its peers'), `hold` (seconds to keep running after the
+report).
 Standard library only.
 """
 
@@ -113,8 +115,15 @@ def main() -> None:
             own = rendezvous()
         except OSError as error:
             own = f"{type(error).__name__}: {error}"
+    names = {}
+    for address in ("127.0.0.1", "::1", "::ffff:127.0.0.1") if plan.get("names") else ():
+        try:
+            names[address] = socket.getnameinfo((address, 0), socket.NI_NAMEREQD)[0]
+        except OSError as error:
+            names[address] = f"{type(error).__name__}: {error}"
     report = {
         "probe": results,
+        "names": names,
         "own": own,
         "listening": listener.getsockname()[1] if listener else None,
         "uid": os.getuid(),
