@@ -54,6 +54,7 @@ from bench import ps
 from bench._latency_stats import rounded
 from bench._perf_model_learners import StepSpec, Task, learner
 from bench._small import parse_with_small
+from learner_image.rendezvous_port import free_rendezvous_port
 from storage.performance_model import Exchange, ModelCosts, Network, step_s
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +87,7 @@ def run(world: int, specs: list[StepSpec], scale: float) -> dict[str, float]:
     # sync, with one thread as each learner has
     sidecars = [ps.start_server(base / region, world, 1, "sync") for region in sorted(regions)]
     try:
-        task = Task(world, tuple(specs), port=ps.free_port(), region=str(base))
+        task = Task(world, tuple(specs), port=free_rendezvous_port(), region=str(base))
         context = get_context("spawn")
         results: Queue[Any] = context.Queue()
         processes = [

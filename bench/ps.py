@@ -42,7 +42,6 @@ import argparse
 import itertools
 import json
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -60,6 +59,7 @@ from bench import _cpu_meter as cpu_meter
 from bench._latency_stats import median, percentile
 from bench._small import parse_with_small
 from learner_image.ps.region import S_APPLIED, Control, RegionPaths
+from learner_image.rendezvous_port import free_rendezvous_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_FLOATS = 25_000_000  # 100 MB
@@ -74,32 +74,10 @@ TARGETS = {
 }
 
 
-EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range. A client that keeps trying to connect
-    to a local port of that range before its server listens is in time handed that very
-    port as its own source port and connects to itself; the server then cannot listen
-    (EADDRINUSE), as torch's rendezvous did when its learners were slow to start."""
-    try:
-        lowest_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        lowest_ephemeral = 32768
-    while True:
-        port = random.randrange(lowest_ephemeral // 2, lowest_ephemeral)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-
-
 def free_port_block(count: int) -> int:
     """A port p with p .. p + count - 1 all free (for one receiver serving several kinds)."""
     while True:
-        port = free_port()
+        port = free_rendezvous_port()
         socks = []
         try:
             for offset in range(count):
@@ -347,7 +325,7 @@ def small_latency(base: Path, batches: int, per_batch: int, warm_up: int = 500) 
 
 
 def gloo_rate(iterations: int, windows: int) -> float:
-    port = str(free_port())
+    port = str(free_rendezvous_port())
     ranks = [
         worker(
             "gloo",
@@ -370,7 +348,7 @@ def gloo_rate(iterations: int, windows: int) -> float:
 
 
 def rpc_rate(seconds: float) -> float:
-    port = str(free_port())
+    port = str(free_rendezvous_port())
     ranks = [
         worker(
             "rpc",

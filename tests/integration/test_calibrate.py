@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from api.manifest import parse_manifest
+from learner_image.rendezvous_port import free_rendezvous_port
 from storage.calibration import parse_calibration
-from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120.0
@@ -23,7 +23,7 @@ def _environ(**more: str) -> dict[str, str]:
 
 
 def test_two_learners_measure_compute_and_fit_their_link(tmp_path: Path) -> None:
-    port = str(free_port())
+    port = str(free_rendezvous_port())
     learners = []
     for rank in (0, 1):
         result_dir = tmp_path / f"learner-{rank}"

@@ -23,8 +23,8 @@ import torch
 import yaml
 
 from learner_image.metric_lines import parse_metric_line
+from learner_image.rendezvous_port import free_rendezvous_port
 from learner_image.sdk.checkpoints import parse_checkpoint_name, verify_checkpoint
-from tests.services import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 MODEL_DIR = EXAMPLE / "model"
@@ -82,7 +82,7 @@ def start(
     """Start the example's learners the way a cluster backend does (env per learner)."""
     root.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = checkpoint_dir or root / "checkpoints"
-    port = free_port()
+    port = free_rendezvous_port()
     base = {k: v for k, v in os.environ.items() if k not in STRIPPED}
     base.update(
         {

@@ -17,8 +17,8 @@ import joblib
 import numpy as np
 import pytest
 
+from learner_image.rendezvous_port import free_rendezvous_port
 from learner_image.sdk.checkpoints import parse_checkpoint_name, verify_checkpoint
-from tests.services import free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODEL_DIR = EXAMPLES / "svm" / "model"
@@ -60,7 +60,7 @@ class Run:
 def start(root: Path, checkpoint_dir: Path, *args: str, world_size: int = 2) -> Run:
     """Start the example's learners the way a cluster backend does (env per learner)."""
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = free_rendezvous_port()
     base = {k: v for k, v in os.environ.items() if k not in STRIPPED}
     base.update(
         {

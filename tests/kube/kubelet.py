@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from learner_image.rendezvous_port import free_rendezvous_port
 from lifecycle_manager.backends.kubernetes.manifests import LEARNER_PYTHON
 
 TERMINATION_MESSAGE = "termination-log"  # a container's terminationMessagePath, made local
@@ -48,12 +48,6 @@ TERMINATION_MESSAGE = "termination-log"  # a container's terminationMessagePath,
 # seen it: the learner pod's containers.
 LEARNER_CONTAINERS = ("program", "shipper")
 OOM_CONTAINER = "program"  # the container the OOM killer ends in a learner pod
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def container_status(
@@ -405,7 +399,7 @@ class Kubelet:
         env.update(declared)
         job = pod["metadata"]["labels"].get("dlaas.io/job", "")
         env["MASTER_ADDR"] = "127.0.0.1"
-        env["MASTER_PORT"] = str(self._ports.setdefault(job, _free_port()))
+        env["MASTER_PORT"] = str(self._ports.setdefault(job, free_rendezvous_port()))
         return env
 
     def _secret(self, name: str) -> dict[str, str]:

@@ -26,7 +26,6 @@ import resource
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ from typing import Any
 
 from learner_image import job_network, program_identity
 from learner_image.ps import sidecar
+from learner_image.rendezvous_port import free_rendezvous_port
 from learner_image.runner_config import (
     PRIVATE_MOUNTS,
     PROGRAM_MOUNTS_ENV,
@@ -185,12 +185,6 @@ def _kill_session(sid: int, timeout: float = 2.0) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
         time.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LearnerTable:
@@ -346,7 +340,7 @@ class LearnerTable:
     def _master_port(self, job: str, attempt: int) -> int:
         key = f"{job}/a{attempt}"
         if key not in self._ports:
-            self._ports[key] = free_port()
+            self._ports[key] = free_rendezvous_port()
         return self._ports[key]
 
     def _start(self, record: LearnerRecord, spec: LearnerSpec) -> None:
