@@ -1,8 +1,11 @@
-"""A user's whole path: up, upload data, train the example with 2 learners, follow, download."""
+"""A user's whole path: up, upload data, train the example with 2 learners, follow, download;
+on the platform as a new user starts it (as root, its learners' programs then run as uids of
+their own, in namespaces of their own)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,15 @@ from tests.e2e.conftest import Platform
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    running = Platform.up(tmp_path_factory.mktemp("new-user-home"), as_a_new_user=True)
+    try:
+        yield running
+    finally:
+        running.down()
 
 
 def test_the_digits_example_trains_to_completion_through_the_cli(
