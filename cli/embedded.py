@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import redis
+from pydantic import TypeAdapter, ValidationError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -190,6 +191,14 @@ def _redis_ok(url: str) -> bool:
         client.close()
 
 
+def _setting_is_true(value: str) -> bool:
+    """`value` read as the services read a boolean setting (pydantic's booleans)."""
+    try:
+        return bool(TypeAdapter(bool).validate_python(value))
+    except ValidationError:
+        return False
+
+
 def job_isolation(platform: Platform) -> str:
     """How the node agent runs jobs, as it reported it: as uids of their own, or all as one
     OS user (and why)."""
@@ -206,7 +215,7 @@ def job_isolation(platform: Platform) -> str:
     why = str(report.get("why", ""))
     if report.get("isolated"):
         return why
-    accepted = os.environ.get("DLAAS_ALLOW_SHARED_NODES", "").lower() in ("1", "true", "yes", "on")
+    accepted = _setting_is_true(os.environ.get("DLAAS_ALLOW_SHARED_NODES", ""))
     others = (
         "the jobs of users who are not admins are accepted all the same (DLAAS_ALLOW_SHARED_NODES)"
         if accepted

@@ -164,14 +164,14 @@ class Launcher:
         reached = [*c.program_dirs, *(Path(env[k]) for k in ("HOME", PS_DIR_ENV) if env.get(k))]
         private_mounts = c.private_mounts and c.program_tmp is not None
         # The node agent isolates programs only where the runner's interpreter can be shown.
-        reveal = program_sandbox.revealed(program_sandbox.interpreter_paths()) or ()
+        reveal = private_mounts and program_sandbox.revealed(program_sandbox.interpreter_paths())
         return program_sandbox.Sandbox(
             uid=c.program_uid,
             tmp_dir=c.program_tmp,
             private_mounts=private_mounts,
             keep=program_sandbox.kept_paths(reached),
             network=c.program_network,
-            reveal=reveal if private_mounts else (),
+            reveal=reveal or (),
             hosts=self._loopback_hosts() if private_mounts and c.program_network else None,
         )
 

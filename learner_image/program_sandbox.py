@@ -174,16 +174,16 @@ def _private_namespace(
         _reveal(libc, reveal, shown)
     finally:
         os.umask(previous)
-    if hosts_fd is not None and job_network.HOSTS.is_file():
+    if hosts_fd is not None:
         _mount(libc, f"/proc/self/fd/{hosts_fd}", str(job_network.HOSTS), None, MS_BIND)
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
         _mount(libc, "none", str(job_network.HOSTS), None, flags)
     proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _mount(libc, "proc", "/proc", "proc", proc_flags, PROC_OPTIONS)
-    for fd in (tmp_fd, *(fd for _path, fd in kept), *(fd for _path, fd in shown)):
-        os.close(fd)
-    if hosts_fd is not None:
-        os.close(hosts_fd)
+    handles = (tmp_fd, *(fd for _path, fd in (*kept, *shown)), hosts_fd)
+    for handle in handles:
+        if handle is not None:
+            os.close(handle)
 
 
 def _reveal(

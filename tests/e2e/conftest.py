@@ -15,9 +15,12 @@ from tests.platform import Platform, Shown
 __all__ = ["Platform", "Shown", "platform", "platform_with"]
 
 
-def platform_with(factory: pytest.TempPathFactory, **settings: str) -> Iterator[Platform]:
-    """A platform of its own with these settings, for a fixture to yield from."""
-    running = Platform.up(factory.mktemp("dlaas-home"), settings)
+def platform_with(
+    factory: pytest.TempPathFactory, *, as_a_new_user: bool = False, **settings: str
+) -> Iterator[Platform]:
+    """A platform of its own with these settings (or as a new user starts it: see
+    `Platform.up`), for a fixture to yield from."""
+    running = Platform.up(factory.mktemp("dlaas-home"), settings, as_a_new_user=as_a_new_user)
     try:
         yield running
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from learner_image import program_sandbox
+from tests.e2e.conftest import platform_with
 from tests.e2e.isolated_jobs import PROBE, ROOT_ONLY, escapes, report, submit, wait_state
 from tests.platform import Platform, User
 
@@ -26,11 +27,7 @@ pytestmark = [pytest.mark.e2e, ROOT_ONLY]
 
 @pytest.fixture(scope="module")
 def default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    running = Platform.up(tmp_path_factory.mktemp("default-home"), as_a_new_user=True)
-    try:
-        yield running
-    finally:
-        running.down()
+    yield from platform_with(tmp_path_factory, as_a_new_user=True)
 
 
 def dlaas_python_probe(

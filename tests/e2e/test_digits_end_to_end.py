@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Platform
+from tests.e2e.conftest import Platform, platform_with
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
@@ -19,11 +19,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    running = Platform.up(tmp_path_factory.mktemp("new-user-home"), as_a_new_user=True)
-    try:
-        yield running
-    finally:
-        running.down()
+    yield from platform_with(tmp_path_factory, as_a_new_user=True)
 
 
 def test_the_digits_example_trains_to_completion_through_the_cli(
