@@ -35,6 +35,9 @@ DLAAS = str(Path(sys.executable).with_name("dlaas"))
 # accepted so. Isolation has tests of its own (tests/e2e/test_job_isolation.py and
 # test_job_sandbox.py with DLAAS_AGENT_ISOLATION=on, test_default_isolation.py as a new user).
 JOBS_AS_THE_AGENTS_USER = {"DLAAS_AGENT_ISOLATION": "off", "DLAAS_ALLOW_SHARED_NODES": "1"}
+# Each platform's program uids: PROGRAM_UIDS of them from PROGRAM_UIDS_FROM + its API port
+# times PROGRAM_UIDS (below 2**32 for every port).
+PROGRAM_UIDS_FROM, PROGRAM_UIDS = 100_000_000, 1000
 
 Shown = dict[str, Any]  # {"job": {...}, "events": [...]}, as `dlaas show --output json` prints
 
@@ -74,6 +77,11 @@ class Platform:
             env.update(JOBS_AS_THE_AGENTS_USER)
         env.update(settings or {})
         api, agent, redis = free_ports(3)
+        # The run's platforms share this machine, and a node agent that frees a program uid
+        # kills that uid's processes and removes its files: each gets uids of its own (its API
+        # port picks them), or one platform's agent kills another's learners.
+        env.setdefault("DLAAS_AGENT_PROGRAM_UID_BASE", str(PROGRAM_UIDS_FROM + api * PROGRAM_UIDS))
+        env.setdefault("DLAAS_AGENT_PROGRAM_UIDS", str(PROGRAM_UIDS))
         ports = ("--port", str(api), "--agent-port", str(agent), "--redis-port", str(redis))
         running = cls(home=home, env=env, ports=ports)
         running.up_again()
